@@ -1,0 +1,62 @@
+"""What every task config shares: trainer settings, model defaults and the arg parser."""
+from __future__ import annotations
+
+import ml_collections
+
+OPTIONS = ("cpu", "paper")
+
+
+def parse_arg(arg: str | None, default_model: str = "transformer") -> tuple[str, set[str]]:
+  """'MODEL[,cpu][,paper]' -> (model name, options).
+
+  cpu:   shrink the data, model and run so it finishes in minutes on a laptop CPU.
+  paper: the paper's appendix hyperparameters instead of the original repository's base ones.
+  """
+  parts = [p.strip() for p in (arg or default_model).split(",") if p.strip()]
+  model, options = parts[0], set(parts[1:])
+  unknown = options - set(OPTIONS)
+  if unknown:
+    raise ValueError(f"unknown config option(s) {sorted(unknown)} in {arg!r}; "
+                     f"the arg is MODEL[,cpu][,paper]")
+  return model, options
+
+
+def base_config(model: str) -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.task = ""                    # task name (lra.tasks)
+  c.seed = 0                     # parameters, dropout and data order all follow from it
+  c.data = ml_collections.ConfigDict()  # task-specific, filled by the task config
+
+  c.model = ml_collections.ConfigDict()
+  c.model.name = model           # the token mixer (models.registry), e.g. "transformer"
+  c.model.attention = ml_collections.ConfigDict()  # settings passed straight to the mixer
+  c.model.emb_dim = 512          # token embedding width
+  c.model.num_heads = 8          # attention heads
+  c.model.qkv_dim = 512          # total width of queries, keys and values (all heads)
+  c.model.mlp_dim = 1024         # hidden width of the block MLP and of the classifier head
+  c.model.num_layers = 4         # encoder blocks
+  c.model.dropout_rate = 0.1     # residual, MLP and embedding dropout
+  c.model.attention_dropout_rate = 0.1  # dropout on attention weights
+  c.model.positions = "sinusoidal"  # "sinusoidal" or "learned"
+  c.model.use_cls = True         # prepend a zero-initialised CLS token
+  c.model.pooling = "CLS"        # "CLS", "MEAN" or "SUM" (padding excluded)
+  c.model.dtype = "float32"      # compute dtype; "bfloat16" on GPU/TPU (params stay float32)
+
+  c.batch_size = 32              # global batch, split over all devices and hosts
+  c.eval_batch_size = 32         # global batch for validation and test
+  c.num_train_steps = 5000
+  c.schedule = "rsqrt"           # "rsqrt" (warmup then 1/sqrt(t)), "cosine" or "constant"
+  c.learning_rate = 0.05         # peak factor of the schedule
+  c.warmup_steps = 1000
+  c.weight_decay = 0.1           # AdamW decoupled weight decay
+  c.adam_b1 = 0.9
+  c.adam_b2 = 0.98
+  c.adam_eps = 1e-9
+  c.grad_clip_norm = 0.0         # global-norm clipping; 0 = off
+
+  c.log_every = 100              # train metrics to metrics.jsonl / TensorBoard
+  c.eval_every = 500             # validation (and a checkpoint) every this many steps
+  c.checkpoint_every = 500       # checkpoint for resuming
+  c.keep_checkpoints = 2         # resumable checkpoints kept (plus the best one)
+  c.progress = True              # progress bar with steps/s and ETA
+  return c

@@ -1,0 +1,43 @@
+"""ListOps (Nangia & Bowman 2018 as set by LRA): nested MIN/MAX/MED/SM, 10 classes.
+
+Usage: --config=configs/listops.py:MODEL[,cpu][,paper]
+  default: the original repository's base config (4 layers, 512/1024, 8 heads, 5K steps).
+  paper:   the paper's appendix (6 layers, FFN 2048).
+  cpu:     smaller generated data (10 < length < 100, depth <= 5) and a small model; a few
+           minutes on a 2-core CPU.
+"""
+from configs import base
+
+
+def get_config(arg=None):
+  model, options = base.parse_arg(arg)
+  c = base.base_config(model)
+  c.task = "listops"
+  d = c.data
+  d.data_dir = "data/listops"    # basic_{train,val,test}.tsv; generated here if missing
+  d.generate_if_missing = True   # ListOps is synthetic: make the data on first use
+  d.max_len = 2000               # tokens per example (padded / truncated)
+  # Generator settings (used only when generating): the LRA release values.
+  d.num_train, d.num_val, d.num_test = 96000, 2000, 2000
+  d.min_length, d.max_length = 500, 2000  # keep trees with min_length < length < max_length
+  d.max_depth, d.max_args = 10, 10
+  d.seed = 0                     # generator seed (the trainer's seed is c.seed)
+  d.workers = 0                  # generator processes; 0 = all cores
+
+  if "paper" in options:
+    c.model.num_layers, c.model.mlp_dim = 6, 2048
+
+  if "cpu" in options:
+    d.data_dir = "data/listops_cpu"
+    d.max_len = 100
+    d.num_train, d.num_val, d.num_test = 20000, 1000, 2000
+    d.min_length, d.max_length = 10, 100
+    d.max_depth, d.max_args = 5, 5
+    m = c.model
+    m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = 64, 64, 128, 4, 2
+    m.dropout_rate = m.attention_dropout_rate = 0.0
+    c.num_train_steps = 2000
+    c.learning_rate, c.warmup_steps = 0.05, 200
+    c.batch_size = c.eval_batch_size = 64
+    c.log_every, c.eval_every, c.checkpoint_every = 50, 250, 250
+  return c

@@ -1,0 +1,50 @@
+"""Orbax checkpoints: the latest few for resuming, and the best on validation for testing."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class Checkpoints:
+  """`workdir/checkpoints` keeps the last `keep` states; `workdir/best` the best one."""
+
+  def __init__(self, workdir: str, keep: int):
+    options = lambda n: ocp.CheckpointManagerOptions(max_to_keep=n, create=True)
+    self.latest = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"), options=options(keep))
+    self.best = ocp.CheckpointManager(os.path.join(workdir, "best"), options=options(1))
+
+  @staticmethod
+  def _save(manager, step: int, state, meta: dict[str, Any]) -> None:
+    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                               meta=ocp.args.JsonSave(meta)), force=True)
+    manager.wait_until_finished()  # a kill right after returns still leaves it whole
+
+  def save_latest(self, step: int, state, meta: dict[str, Any]) -> None:
+    self._save(self.latest, step, state, meta)
+
+  def save_best(self, step: int, state, meta: dict[str, Any]) -> None:
+    self._save(self.best, step, state, meta)
+
+  @staticmethod
+  def _restore(manager, like_state):
+    step = manager.latest_step()
+    if step is None:
+      return None
+    abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, like_state)
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    return restored.state, restored.meta
+
+  def restore_latest(self, like_state):
+    """(state, meta) of the newest checkpoint, or None for a fresh run."""
+    return self._restore(self.latest, like_state)
+
+  def restore_best(self, like_state):
+    return self._restore(self.best, like_state)
+
+  def close(self) -> None:
+    self.latest.close()
+    self.best.close()

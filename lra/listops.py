@@ -1,0 +1,283 @@
+"""ListOps: a reimplementation of the LRA ListOps generator and a reader for its TSV files.
+
+A tree is either an int value 0..9 or an operator node ``(op, children)`` where ``op`` is one
+of ``OPERATORS`` and ``children`` is a tuple of trees. Strings use the release format: each
+operator node is a left-branching binary nesting, so MAX(2, 9) is ``( ( ( [MAX 2 ) 9 ) ] )``.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+import random
+import tempfile
+from typing import Iterable, Union
+
+import numpy as np
+from tqdm import tqdm
+
+OPERATORS: tuple[str, ...] = ("[MIN", "[MAX", "[MED", "[SM")
+END = "]"
+OPERATOR_PROB = 0.25  # chance that a node above max_depth is an operator
+
+# Fixed vocabulary (the original built it from a Python set, so its ids varied between runs).
+PAD_ID = 0
+VOCAB: tuple[str, ...] = OPERATORS + tuple(str(v) for v in range(10)) + ("X",)
+OOV_ID = len(VOCAB) + 1
+VOCAB_SIZE = len(VOCAB) + 2
+NUM_CLASSES = 10
+_TOKEN_IDS = {tok: i + 1 for i, tok in enumerate(VOCAB)}
+
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+HEADER = "Source\tTarget"
+
+# Each generation chunk stops after this many accepted trees or this many tries, whichever
+# comes first, so a chunk's output depends only on its seed.
+CHUNK_ACCEPTS = 64
+CHUNK_MAX_TRIES = 200_000
+
+Tree = Union[int, tuple]
+
+
+def _grow(rng: random.Random, depth: int, max_depth: int, max_args: int,
+          limit: float) -> tuple[Tree, int] | None:
+  """Draws a tree like the original; returns (tree, length), or None once length > limit.
+
+  The draw order (operator coin, argument count, children, then operator choice) follows
+  the original. Giving up early on a tree that is already too long cannot change which trees
+  are accepted, it only saves the time spent finishing trees that would be rejected.
+  """
+  if depth < max_depth and rng.random() <= OPERATOR_PROB:
+    length = 2
+    children = []
+    for _ in range(rng.randint(2, max_args)):
+      sub = _grow(rng, depth + 1, max_depth, max_args, limit - length)
+      if sub is None:
+        return None
+      children.append(sub[0])
+      length += sub[1]
+    return (rng.choice(OPERATORS), tuple(children)), length
+  if limit < 1:
+    return None
+  return rng.randrange(10), 1
+
+
+def generate_tree(rng: random.Random, depth: int, max_depth: int, max_args: int) -> Tree:
+  """Draws one tree whose root sits at ``depth`` (the original starts the root at 1)."""
+  return _grow(rng, depth, max_depth, max_args, float("inf"))[0]
+
+
+def tree_to_string(tree: Tree) -> str:
+  if isinstance(tree, int):
+    return str(tree)
+  op, children = tree
+  # ((((op c1) c2) ... cn) ]) written out flat: n + 1 opening brackets, then op, children, END.
+  return ("( " * (len(children) + 1) + op
+          + "".join(f" {tree_to_string(c)} )" for c in children) + f" {END} )")
+
+
+def tree_length(tree: Tree) -> int:
+  """Number of values plus two per operator: the token count after preprocessing."""
+  if isinstance(tree, int):
+    return 1
+  return 2 + sum(tree_length(c) for c in tree[1])
+
+
+def evaluate_tree(tree: Tree) -> int:
+  if isinstance(tree, int):
+    return tree
+  op, children = tree
+  values = [evaluate_tree(c) for c in children]
+  if op == "[MIN":
+    return min(values)
+  if op == "[MAX":
+    return max(values)
+  if op == "[SM":
+    return sum(values) % 10
+  if op == "[MED":
+    values.sort()
+    mid = len(values) // 2
+    # int(median): the mean of the two middle values truncated; all values are >= 0.
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) // 2
+  raise ValueError(f"unknown operator {op!r}")
+
+
+def _reachable_lengths(max_depth: int, max_args: int, below: int) -> int:
+  """Bitset (bit L set) of the tree lengths L < below that a root at depth 1 can have."""
+  mask = (1 << below) - 1
+  sizes = 1 << 1  # a node at max_depth is a single value
+  for _ in range(max_depth - 1):
+    sums = sizes  # lengths of k children, k = 1, 2, ...
+    ops = 0
+    for k in range(2, max_args + 1):
+      new = 0
+      bits = sizes
+      while bits:
+        low = bits & -bits
+        new |= sums << (low.bit_length() - 1)
+        bits ^= low
+      sums = new & mask
+      ops |= sums
+    sizes = (1 << 1) | ((ops << 2) & mask)
+  return sizes
+
+
+def _seeded_rng(seed: int, chunk: int) -> random.Random:
+  # A string seed is hashed with SHA-512 by random.Random: no collisions between (seed, chunk)
+  # pairs and independent of PYTHONHASHSEED.
+  return random.Random(f"listops/{seed}/{chunk}")
+
+
+def _generate_chunk(args: tuple[int, int, int, int, int, int]) -> list[tuple[str, int]]:
+  seed, chunk, min_length, max_length, max_depth, max_args = args
+  rng = _seeded_rng(seed, chunk)
+  accepted = []
+  for _ in range(CHUNK_MAX_TRIES):
+    grown = _grow(rng, 1, max_depth, max_args, max_length - 1)
+    if grown is not None and grown[1] > min_length:
+      accepted.append((tree_to_string(grown[0]), evaluate_tree(grown[0])))
+      if len(accepted) == CHUNK_ACCEPTS:
+        break
+  return accepted
+
+
+def _chunks_in_order(args: Iterable[tuple], workers: int):
+  """Yields chunk results in chunk order, computing up to 2 * workers chunks ahead."""
+  if workers == 1:
+    yield from map(_generate_chunk, args)
+    return
+  with multiprocessing.Pool(workers) as pool:  # leaving the block terminates pending work
+    pending: collections.deque = collections.deque()
+    for a in args:
+      pending.append(pool.apply_async(_generate_chunk, (a,)))
+      if len(pending) >= 2 * workers:
+        yield pending.popleft().get()
+
+
+def generate(num_examples: int, *, min_length: int, max_length: int, max_depth: int = 10,
+             max_args: int = 10, seed: int = 0, workers: int | None = None,
+             progress: bool = True) -> list[tuple[str, int]]:
+  """Returns num_examples unique (string, label) pairs with min_length < length < max_length.
+
+  Output depends only on the arguments other than workers and progress: chunk i draws from
+  its own seeded generator and chunks are consumed in order.
+  """
+  if num_examples < 0:
+    raise ValueError(f"num_examples must be >= 0, got {num_examples}")
+  if max_depth < 1 or max_args < 2:
+    raise ValueError(f"need max_depth >= 1 and max_args >= 2, got {max_depth}, {max_args}")
+  if max_length < 2:
+    raise ValueError(f"max_length must be >= 2, got {max_length}")
+  reachable = _reachable_lengths(max_depth, max_args, max_length) >> (max(min_length, 0) + 1)
+  if num_examples and not reachable:
+    raise ValueError(f"no tree with max_depth={max_depth}, max_args={max_args} has a length "
+                     f"strictly between {min_length} and {max_length}")
+  if workers is None:
+    workers = os.cpu_count() or 1
+  if workers < 1:
+    raise ValueError(f"workers must be >= 1, got {workers}")
+
+  def chunk_args():
+    chunk = 0
+    while True:
+      yield seed, chunk, min_length, max_length, max_depth, max_args
+      chunk += 1
+
+  examples: list[tuple[str, int]] = []
+  seen: set[str] = set()
+  with tqdm(total=num_examples, disable=not progress, unit="ex", desc="listops") as bar:
+    if num_examples:
+      for accepted in _chunks_in_order(chunk_args(), workers):
+        for source, label in accepted:
+          if source not in seen:
+            seen.add(source)
+            examples.append((source, label))
+            bar.update(1)
+            if len(examples) == num_examples:
+              return examples
+  return examples
+
+
+def write_tsv(path: str | os.PathLike, examples: Iterable[tuple[str, int]]) -> None:
+  """Writes a release-format TSV atomically (temp file in the same directory, then rename)."""
+  path = os.fspath(path)
+  directory = os.path.dirname(os.path.abspath(path))
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".tsv")
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+      f.write(HEADER + "\n")
+      for source, label in examples:
+        f.write(f"{source}\t{label}\n")
+    os.replace(tmp, path)
+  except BaseException:
+    os.unlink(tmp)
+    raise
+
+
+def generate_split_files(data_dir: str | os.PathLike, *, num_train: int = 96_000,
+                         num_val: int = 2_000, num_test: int = 2_000, min_length: int = 500,
+                         max_length: int = 2_000, max_depth: int = 10, max_args: int = 10,
+                         seed: int = 0, workers: int | None = None,
+                         progress: bool = True) -> dict[str, str]:
+  """Generates one unique set and writes basic_{train,val,test}.tsv; returns split -> path."""
+  counts = {"train": num_train, "val": num_val, "test": num_test}
+  total = sum(counts.values())
+  examples = generate(total, min_length=min_length, max_length=max_length,
+                      max_depth=max_depth, max_args=max_args, seed=seed, workers=workers,
+                      progress=progress)
+  if len(examples) < total:
+    raise RuntimeError(f"generated only {len(examples)} of {total} unique examples")
+  os.makedirs(data_dir, exist_ok=True)
+  paths: dict[str, str] = {}
+  start = 0
+  for split in SPLITS:
+    paths[split] = os.path.join(os.fspath(data_dir), f"basic_{split}.tsv")
+    write_tsv(paths[split], examples[start:start + counts[split]])
+    start += counts[split]
+  return paths
+
+
+def tokenize(source: str) -> list[int]:
+  """The original preprocessing: ']' -> 'X', drop '(' and ')', split on whitespace."""
+  tokens = source.replace("]", "X").replace("(", "").replace(")", "").split()
+  return [_TOKEN_IDS.get(t, OOV_ID) for t in tokens]
+
+
+def read_split(path: str | os.PathLike, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+  """Reads a release TSV into int32 inputs [N, max_length] (0-padded/truncated), labels [N]."""
+  path = os.fspath(path)
+  if max_length < 1:
+    raise ValueError(f"max_length must be >= 1, got {max_length}")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"ListOps split file not found: {path}")
+
+  def bad(line_no: int, what: str) -> ValueError:
+    return ValueError(f"{path}, line {line_no}: {what}")
+
+  inputs: list[np.ndarray] = []
+  labels: list[int] = []
+  with open(path, encoding="utf-8", newline="") as f:
+    header = f.readline()
+    if not header:
+      raise bad(1, f"file is empty, expected header {HEADER!r}")
+    if header.rstrip("\r\n") != HEADER:
+      raise bad(1, f"expected header {HEADER!r}, got {header.rstrip(chr(13) + chr(10))[:60]!r}")
+    for line_no, line in enumerate(f, start=2):
+      columns = line.rstrip("\r\n").split("\t")
+      if len(columns) != 2:
+        raise bad(line_no, f"expected 2 tab-separated columns, got {len(columns)}")
+      try:
+        label = int(columns[1])
+      except ValueError:
+        label = -1
+      if not 0 <= label < NUM_CLASSES:
+        raise bad(line_no, f"label must be an integer 0..9, got {columns[1][:20]!r}")
+      row = np.zeros(max_length, dtype=np.int32)
+      ids = tokenize(columns[0])[:max_length]
+      row[:len(ids)] = ids
+      inputs.append(row)
+      labels.append(label)
+  if not inputs:
+    return np.zeros((0, max_length), np.int32), np.zeros((0,), np.int32)
+  return np.stack(inputs), np.asarray(labels, dtype=np.int32)

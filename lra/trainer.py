@@ -1,0 +1,239 @@
+"""The one generic trainer: every task, every model, any number of devices and hosts."""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tqdm
+from flax.training import train_state
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import models
+from lra import batches, optim, tasks
+from lra.checkpoint import Checkpoints
+from lra.errors import UserError
+from lra.writers import MetricWriter
+
+
+class NonFiniteLossError(UserError):
+  """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+def make_mesh(devices=None) -> Mesh:
+  """A 1-D mesh over all devices of all processes: the batch is split over 'data'."""
+  devices = jax.devices() if devices is None else devices
+  return Mesh(np.asarray(devices), ("data",))
+
+
+def build_model(config, task: tasks.Task):
+  try:
+    return models.build(config.model.to_dict(), vocab_size=task.vocab_size,
+                        num_classes=task.num_classes, max_len=task.max_len, pair=task.pair)
+  except (ValueError, TypeError) as e:
+    raise UserError(str(e)) from None
+
+
+def _logits(model, pair: bool, params, batch, **kwargs):
+  if pair:
+    return model.apply(params, batch["inputs"], batch["inputs2"], batch.get("mask"),
+                       batch.get("mask2"), **kwargs)
+  return model.apply(params, batch["inputs"], batch.get("mask"), **kwargs)
+
+
+def _sums(logits_BxC, labels_B, weights_B):
+  """Sums, not means: they add up exactly over batches, devices and hosts."""
+  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC.astype(jnp.float32),
+                                                           labels_B)
+  correct_B = (jnp.argmax(logits_BxC, -1) == labels_B).astype(jnp.float32)
+  return {"loss_sum": jnp.sum(loss_B * weights_B),
+          "correct": jnp.sum(correct_B * weights_B),
+          "count": jnp.sum(weights_B)}
+
+
+def make_steps(model, pair: bool, mesh: Mesh):
+  """The jitted train and eval steps: batch sharded over 'data', state replicated, donated."""
+  replicated = NamedSharding(mesh, P())
+  sharded = NamedSharding(mesh, P("data"))
+
+  def train_step(state, batch, rng):
+    step_rng = jax.random.fold_in(rng, state.step)  # resumed runs continue the same stream
+
+    def loss_fn(params):
+      logits = _logits(model, pair, params, batch, deterministic=False,
+                       rngs={"dropout": step_rng})
+      loss_B = optax.softmax_cross_entropy_with_integer_labels(
+          logits.astype(jnp.float32), batch["labels"])
+      return jnp.mean(loss_B), logits
+
+    (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    metrics = _sums(logits, batch["labels"], jnp.ones_like(batch["labels"], jnp.float32))
+    metrics["finite"] = jnp.isfinite(loss).astype(jnp.float32)
+    return state.apply_gradients(grads=grads), metrics
+
+  def eval_step(state, batch):
+    logits = _logits(model, pair, state.params, batch, deterministic=True)
+    return _sums(logits, batch["labels"], batch["weights"])
+
+  train = jax.jit(train_step, in_shardings=(replicated, sharded, replicated),
+                  out_shardings=(replicated, replicated), donate_argnums=(0,))
+  evaluate = jax.jit(eval_step, in_shardings=(replicated, sharded), out_shardings=replicated)
+  return train, evaluate, sharded
+
+
+def to_global(batch: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:
+  """This process's rows -> one global array per key, sharded over the mesh."""
+  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
+
+
+def create_state(model, task: tasks.Task, config, mesh: Mesh):
+  """Parameters initialised under jit, directly replicated over the mesh."""
+  dummy = jnp.zeros((1, task.max_len), jnp.int32)
+  inputs = (dummy, dummy) if task.pair else (dummy,)
+  tx = optim.optimizer(config)
+
+  def init(rng):
+    params = model.init(rng, *inputs)
+    return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+
+  rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 0)
+  return jax.jit(init, out_shardings=NamedSharding(mesh, P()))(rng)
+
+
+def evaluate(eval_step, state, split, batch_size: int, sharding) -> dict[str, float]:
+  total = None
+  for batch in batches.eval_batches(split, batch_size):
+    sums = eval_step(state, to_global(batch, sharding))
+    total = sums if total is None else jax.tree_util.tree_map(jnp.add, total, sums)
+  total = jax.device_get(total)
+  count = float(total["count"])
+  return {"loss": float(total["loss_sum"]) / count,
+          "accuracy": float(total["correct"]) / count, "count": int(count)}
+
+
+def describe_hardware() -> dict[str, Any]:
+  device = jax.devices()[0]
+  return {"platform": device.platform, "device_kind": device.device_kind,
+          "device_count": jax.device_count(), "process_count": jax.process_count(),
+          "jax_version": jax.__version__}
+
+
+def _check_sizes(config, task: tasks.Task, mesh: Mesh) -> None:
+  devices = mesh.devices.size
+  for key in ("batch_size", "eval_batch_size"):
+    size = config[key]
+    if size <= 0 or size % devices or size % jax.process_count():
+      raise UserError(f"config.{key}={size} must be a positive multiple of the device count "
+                      f"({devices}) and of the process count ({jax.process_count()})")
+  if len(task.splits["train"]["labels"]) < config.batch_size:
+    raise UserError(f"the train split has {len(task.splits['train']['labels'])} examples, fewer "
+                    f"than config.batch_size={config.batch_size}")
+  for key in ("num_train_steps", "eval_every", "checkpoint_every", "log_every"):
+    if config[key] <= 0:
+      raise UserError(f"config.{key} must be positive, got {config[key]}")
+
+
+def _write_json(path: str, obj) -> None:
+  if jax.process_index() != 0:
+    return
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(obj, f, indent=1)
+  os.replace(tmp, path)
+
+
+def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
+  """Trains (resuming from `workdir` if it holds checkpoints), then tests the best checkpoint."""
+  os.makedirs(workdir, exist_ok=True)
+  task = tasks.load(config)
+  model = build_model(config, task)
+  mesh = make_mesh(devices)
+  _check_sizes(config, task, mesh)
+  _write_json(os.path.join(workdir, "config.json"), config.to_dict())
+  train_step, eval_step, sharding = make_steps(model, task.pair, mesh)
+  state = create_state(model, task, config, mesh)
+  ckpts = Checkpoints(workdir, config.keep_checkpoints)
+  meta = {"best_val_accuracy": -1.0, "best_step": None, "train_time_s": 0.0}
+  restored = ckpts.restore_latest(state)
+  if restored is not None:
+    state, meta = restored
+  start, total = int(state.step), config.num_train_steps
+  if start and jax.process_index() == 0:
+    print(f"Resuming from the checkpoint at step {start} in {workdir}", flush=True)
+  dropout_rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)
+  writer = MetricWriter(workdir)
+  evaluate_split = functools.partial(evaluate, eval_step, batch_size=config.eval_batch_size,
+                                     sharding=sharding)
+  bar = tqdm.tqdm(total=total, initial=start, desc=f"{config.task}/{config.model.name}",
+                  disable=not config.progress or jax.process_index() != 0,
+                  mininterval=1.0, dynamic_ncols=True)
+  sums, last_time, last_step, run_start = None, time.time(), start, time.time() - meta["train_time_s"]
+
+  def check_finite(step):
+    if sums is not None and float(sums["finite"]) < float(sums["steps"]):
+      good = ckpts.latest.latest_step()
+      raise NonFiniteLossError(
+          f"the training loss became NaN or infinite before step {step}; the last good "
+          f"checkpoint (step {good}) is kept in {workdir}/checkpoints. Lower "
+          f"config.learning_rate or set config.grad_clip_norm, then run again")
+
+  try:
+    for step in range(start, total):
+      batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
+      state, metrics = train_step(state, to_global(batch, sharding), dropout_rng)
+      metrics["steps"] = jnp.ones((), jnp.float32)
+      sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
+      done = step + 1
+      bar.update(1)
+      is_eval = done % config.eval_every == 0 or done == total
+      if done % config.log_every == 0 or is_eval or done % config.checkpoint_every == 0:
+        check_finite(done)
+        host = jax.device_get(sums)
+        now = time.time()
+        train = {"train_loss": host["loss_sum"] / host["count"],
+                 "train_accuracy": host["correct"] / host["count"],
+                 "steps_per_s": (done - last_step) / max(now - last_time, 1e-9),
+                 "learning_rate": float(optim.learning_rate_schedule(config)(done - 1))}
+        writer.write(done, {k: float(v) for k, v in train.items()})
+        bar.set_postfix(loss=f"{train['train_loss']:.3f}", acc=f"{train['train_accuracy']:.3f}")
+        sums, last_time, last_step = None, now, done
+      if is_eval:
+        val = evaluate_split(state, task.splits["val"])
+        writer.write(done, {"val_loss": val["loss"], "val_accuracy": val["accuracy"]})
+        bar.write(f"step {done}: validation accuracy {val['accuracy']:.4f}")
+        if val["accuracy"] > meta["best_val_accuracy"]:
+          meta.update(best_val_accuracy=val["accuracy"], best_step=done)
+          if ckpts.best.latest_step() != done:  # a resumed run may reach it a second time
+            ckpts.save_best(done, state, meta)
+      if is_eval or done % config.checkpoint_every == 0:
+        meta["train_time_s"] = time.time() - run_start
+        ckpts.save_latest(done, state, meta)
+    bar.close()
+    best_state, best_meta = ckpts.restore_best(state)
+    test = evaluate_split(best_state, task.splits["test"])
+    last_test = evaluate_split(state, task.splits["test"])
+    labels = task.splits["test"]["labels"]
+    results = {
+        "task": config.task, "model": config.model.name,
+        "test_accuracy": test["accuracy"], "test_loss": test["loss"],
+        "test_count": test["count"], "best_step": best_meta["best_step"],
+        "best_val_accuracy": best_meta["best_val_accuracy"],
+        "last_step_test_accuracy": last_test["accuracy"],
+        "test_majority_rate": float(np.bincount(labels).max() / len(labels)),
+        "num_train_steps": total, "train_time_s": meta["train_time_s"],
+        "hardware": describe_hardware(), "config": config.to_dict(),
+    }
+    writer.write(total, {"test_accuracy": test["accuracy"], "test_loss": test["loss"]})
+    _write_json(os.path.join(workdir, "results.json"), results)
+    return results
+  finally:
+    bar.close()
+    writer.close()
+    ckpts.close()

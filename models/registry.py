@@ -1,0 +1,66 @@
+"""The registry of token mixers (attention variants) by name.
+
+Adding a variant means one new file in models/ that decorates its Flax module with
+`@register("name")`, one import line in models/__init__.py, and one test file.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import flax.linen as nn
+
+_MIXERS: dict[str, type[nn.Module]] = {}
+
+
+class UnknownSettingError(ValueError):
+  """A model name or mixer setting that does not exist (a user error, not a bug)."""
+
+
+def register(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
+  """Class decorator: makes a mixer module available under `name`."""
+
+  def wrap(cls: type[nn.Module]) -> type[nn.Module]:
+    if name in _MIXERS:
+      raise ValueError(f"mixer {name!r} registered twice")
+    _MIXERS[name] = cls
+    return cls
+
+  return wrap
+
+
+def names() -> list[str]:
+  return sorted(_MIXERS)
+
+
+# Fields every mixer receives from the encoder; the user sets the others.
+ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype")
+
+
+def user_settings(name: str) -> list[str]:
+  """The settings of mixer `name` that a config may set in `model.attention`."""
+  cls = get(name)
+  skip = set(ENCODER_FIELDS) | {"parent", "name"}
+  return [f.name for f in dataclasses.fields(cls) if f.init and f.name not in skip]
+
+
+def get(name: str) -> type[nn.Module]:
+  if name not in _MIXERS:
+    raise UnknownSettingError(
+        f"unknown model {name!r}; valid models: {', '.join(names())}")
+  return _MIXERS[name]
+
+
+def make(mixer: str, settings: dict[str, Any], **encoder_fields: Any) -> nn.Module:
+  """Builds `mixer` with the user's `settings` plus the encoder's fields.
+
+  A setting the mixer does not take is an error naming the ones it does take.
+  """
+  cls = get(mixer)
+  valid = user_settings(mixer)
+  unknown = sorted(set(settings) - set(valid))
+  if unknown:
+    raise UnknownSettingError(
+        f"model {mixer!r} does not take setting(s) {', '.join(unknown)} in "
+        f"config.model.attention; it takes: {', '.join(valid) or 'no settings'}")
+  return cls(**encoder_fields, **settings)

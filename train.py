@@ -1,0 +1,76 @@
+"""Train and test one model on one LRA task.
+
+  python train.py --config=configs/listops.py:transformer,cpu --workdir=runs/listops_cpu
+
+Overrides: --config.model.num_layers=2 (a key the config lacks is an error). Running the same
+command again resumes from the last checkpoint in --workdir.
+"""
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/TASK.py:MODEL[,cpu][,paper]")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0, for multi-host runs "
+    "(with --num_processes and --process_id); see also --multihost.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-host run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+_MULTIHOST = flags.DEFINE_bool("multihost", False,
+                               "Call jax.distributed.initialize() with the cluster's "
+                               "auto-detected settings (TPU pods, SLURM, ...).")
+
+
+def _fail(message: str) -> None:
+  print(f"error: {message}", file=sys.stderr)
+  sys.exit(2)
+
+
+def _parse_flags(argv):
+  """absl's parser, with bad configs reported as one line instead of a traceback."""
+  try:
+    rest = flags.FLAGS(argv)
+  except flags.Error as e:
+    _fail(str(e))
+  except (AttributeError, KeyError, ValueError, TypeError) as e:
+    _fail(f"bad --config override ({e}); a key must already exist in the config "
+          f"(see the config file for the valid keys)")
+  try:
+    config = _CONFIG.value
+    if config is None or not hasattr(config, "task"):
+      raise ValueError("--config is required, e.g. --config=configs/listops.py:transformer")
+  except Exception as e:  # a missing file or an error inside get_config
+    _fail(f"cannot load --config: {e}")
+  if not _WORKDIR.value:
+    _fail("--workdir is required (checkpoints, metrics and results.json go there)")
+  return rest
+
+
+def main(argv):
+  if len(argv) > 1:
+    _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
+  import jax  # after flag parsing, so a bad command line fails fast
+  if _COORDINATOR.value:
+    if jax.config.jax_platforms in (None, "", "cpu"):
+      jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  elif _MULTIHOST.value:
+    jax.distributed.initialize()
+  from lra import trainer
+  from lra.errors import UserError
+  try:
+    results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+  if jax.process_index() == 0:
+    print(f"test accuracy {results['test_accuracy']:.4f} (best validation "
+          f"{results['best_val_accuracy']:.4f} at step {results['best_step']}; "
+          f"majority class of the test set {results['test_majority_rate']:.4f}); "
+          f"results in {_WORKDIR.value}/results.json")
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=_parse_flags)
