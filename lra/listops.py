@@ -147,7 +147,8 @@ def _chunks_in_order(args: Iterable[tuple], workers: int):
   if workers == 1:
     yield from map(_generate_chunk, args)
     return
-  with multiprocessing.Pool(workers) as pool:  # leaving the block terminates pending work
+  # spawn, not fork: the caller may already run JAX's threads, which a fork would copy broken.
+  with multiprocessing.get_context("spawn").Pool(workers) as pool:  # exit ends pending work
     pending: collections.deque = collections.deque()
     for a in args:
       pending.append(pool.apply_async(_generate_chunk, (a,)))

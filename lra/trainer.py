@@ -75,8 +75,11 @@ def make_steps(model, pair: bool, mesh: Mesh):
 
     (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     metrics = _sums(logits, batch["labels"], jnp.ones_like(batch["labels"], jnp.float32))
-    metrics["finite"] = jnp.isfinite(loss).astype(jnp.float32)
-    return state.apply_gradients(grads=grads), metrics
+    new_state = state.apply_gradients(grads=grads)
+    # The new parameters too: a checkpoint is saved only if everything so far was finite.
+    finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(new_state.params))
+    metrics["finite"] = finite.astype(jnp.float32)
+    return new_state, metrics
 
   def eval_step(state, batch):
     logits = _logits(model, pair, state.params, batch, deterministic=True)
@@ -180,7 +183,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
     if sums is not None and float(sums["finite"]) < float(sums["steps"]):
       good = ckpts.latest.latest_step()
       raise NonFiniteLossError(
-          f"the training loss became NaN or infinite before step {step}; the last good "
+          f"the training loss or parameters became NaN or infinite by step {step}; the last good "
           f"checkpoint (step {good}) is kept in {workdir}/checkpoints. Lower "
           f"config.learning_rate or set config.grad_clip_norm, then run again")
 

@@ -1,0 +1,109 @@
+"""The shared encoder, full attention and the mixer registry."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+from models import attention, registry
+
+
+def _random_mask(rng, batch, length):
+  lengths = rng.integers(1, length + 1, size=batch)
+  return np.arange(length)[None, :] < lengths[:, None]
+
+
+def _reference_attention(params, x_BxLxD, mask_BxL):
+  """Plain softmax attention over the valid keys only, head by head."""
+  p = params["params"]
+  wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
+  wo, bo = p["OutputProjection_0"]["out"]["kernel"], p["OutputProjection_0"]["out"]["bias"]
+  heads = []
+  for h in range(wq.shape[1]):
+    q, k, v = x_BxLxD @ wq[:, h], x_BxLxD @ wk[:, h], x_BxLxD @ wv[:, h]
+    scores = q @ jnp.swapaxes(k, 1, 2) / np.sqrt(q.shape[-1])
+    scores = scores - jnp.max(jnp.where(mask_BxL[:, None, :], scores, -jnp.inf), -1,
+                              keepdims=True)
+    e = jnp.exp(scores) * mask_BxL[:, None, :]
+    heads.append((e / jnp.sum(e, -1, keepdims=True)) @ v)
+  out = sum(heads[h] @ wo[h] for h in range(len(heads)))
+  return out + bo[None, None, :]
+
+
+@pytest.mark.parametrize("length", [1, 7, 16])
+def test_full_attention_matches_reference(length):
+  rng = np.random.default_rng(length)
+  x = jnp.asarray(rng.normal(size=(3, length, 12)), jnp.float32)
+  mask = jnp.asarray(_random_mask(rng, 3, length))
+  mixer = attention.FullAttention(num_heads=3, qkv_dim=12)
+  params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+  out = mixer.apply(params, x, mask, deterministic=True)
+  ref = _reference_attention(params, x, mask)
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+  weights = jnp.asarray(rng.normal(size=out.shape), jnp.float32)
+  loss = lambda p, x: jnp.sum(mixer.apply(p, x, mask, deterministic=True) * weights)
+  ref_loss = lambda p, x: jnp.sum(_reference_attention(p, x, mask) * weights)
+  grads = jax.grad(loss, argnums=(0, 1))(params, x)
+  ref_grads = jax.grad(ref_loss, argnums=(0, 1))(params, x)
+  for g, r in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
+    np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def _model(pair=False, **kw):
+  settings = dict(name="transformer", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32,
+                  num_layers=2, dropout_rate=0.0, attention_dropout_rate=0.0)
+  settings.update(kw)
+  return models.build(settings, vocab_size=20, num_classes=5, max_len=24, pair=pair)
+
+
+@pytest.mark.parametrize("pooling,use_cls,positions", [
+    ("CLS", True, "sinusoidal"), ("MEAN", False, "learned"), ("SUM", True, "sinusoidal")])
+def test_encoder_shapes_and_padding_invariance(pooling, use_cls, positions):
+  model = _model(pooling=pooling, use_cls=use_cls, positions=positions)
+  rng = np.random.default_rng(0)
+  mask = _random_mask(rng, 4, 20)
+  tokens = np.where(mask, rng.integers(1, 20, size=(4, 20)), 0)
+  params = model.init(jax.random.PRNGKey(1), jnp.asarray(tokens))
+  logits = model.apply(params, jnp.asarray(tokens))
+  assert logits.shape == (4, 5) and logits.dtype == jnp.float32
+
+  # Changing what sits in padded positions (explicit mask) changes no logit.
+  noise = np.where(mask, tokens, rng.integers(1, 20, size=(4, 20)))
+  masked = model.apply(params, jnp.asarray(noise), jnp.asarray(mask))
+  np.testing.assert_allclose(masked, logits, rtol=1e-5, atol=1e-5)
+  # Nor does more padding at the end.
+  longer = np.pad(tokens, ((0, 0), (0, 4)))
+  np.testing.assert_allclose(model.apply(params, jnp.asarray(longer)), logits,
+                             rtol=1e-5, atol=1e-5)
+  # But a real token does.
+  changed = tokens.copy()
+  changed[0, 0] = tokens[0, 0] % 19 + 1
+  assert not np.allclose(model.apply(params, jnp.asarray(changed))[0], logits[0])
+
+
+@pytest.mark.parametrize("features,width", [("uvpd", 4 * 16), ("uv", 2 * 16)])
+def test_dual_encoder_shares_one_encoder(features, width):
+  model = _model(pair=True, pair_features=features)
+  a = jnp.asarray(np.random.default_rng(0).integers(1, 20, size=(2, 24)))
+  b = jnp.asarray(np.random.default_rng(1).integers(1, 20, size=(2, 24)))
+  params = model.init(jax.random.PRNGKey(0), a, b)["params"]
+  assert sorted(params) == ["encoder", "head_hidden", "head_hidden2", "head_out"]
+  assert params["head_hidden"]["kernel"].shape == (width, 32)
+  assert model.apply({"params": params}, a, b).shape == (2, 5)
+
+
+def test_too_long_input_is_an_error():
+  model = _model()
+  with pytest.raises(ValueError, match="max_len"):
+    model.init(jax.random.PRNGKey(0), jnp.ones((1, 30), jnp.int32))
+
+
+def test_registry_errors_name_the_valid_choices():
+  with pytest.raises(registry.UnknownSettingError, match="valid models: .*transformer"):
+    _model(name="no_such_model")
+  with pytest.raises(registry.UnknownSettingError, match="does not take setting"):
+    _model(attention=dict(window=3))
+  with pytest.raises(registry.UnknownSettingError, match="pooling"):
+    _model(pooling="MAX")
+  assert "transformer" in registry.names()

@@ -1,0 +1,140 @@
+"""The generic trainer: sharding, resume, evaluation coverage, divergence, learning."""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from lra import batches, optim, tasks, trainer
+from lra.errors import UserError
+from tests.tiny import tiny_config
+
+
+def _one_step(config, devices):
+  task = tasks.load(config)
+  model = trainer.build_model(config, task)
+  mesh = trainer.make_mesh(devices)
+  train_step, _, sharding = trainer.make_steps(model, task.pair, mesh)
+  state = trainer.create_state(model, task, config, mesh)
+  batch = batches.train_batch(task.splits["train"], config.batch_size, 0, config.seed)
+  state, metrics = train_step(state, trainer.to_global(batch, sharding), jax.random.PRNGKey(3))
+  return jax.device_get(state.params), jax.device_get(metrics)
+
+
+def test_step_on_8_devices_equals_1_device(listops_dir):
+  assert jax.device_count() == 8
+  config = tiny_config(listops_dir)
+  params8, metrics8 = _one_step(config, jax.devices())
+  params1, metrics1 = _one_step(config, jax.devices()[:1])
+  np.testing.assert_allclose(metrics8["loss_sum"], metrics1["loss_sum"], rtol=1e-5)
+  for a, b in zip(jax.tree_util.tree_leaves(params8), jax.tree_util.tree_leaves(params1)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def _final_params(workdir, config):
+  """Parameters of the newest checkpoint, through the trainer's own restore."""
+  from lra.checkpoint import Checkpoints
+  task = tasks.load(config)
+  model = trainer.build_model(config, task)
+  like = trainer.create_state(model, task, config, trainer.make_mesh())
+  ckpts = Checkpoints(workdir, 2)
+  state, meta = ckpts.restore_latest(like)
+  ckpts.close()
+  return jax.device_get(state), meta
+
+
+def test_killed_and_resumed_run_equals_uninterrupted(listops_dir, tmp_path, monkeypatch):
+  config = tiny_config(listops_dir, num_train_steps=7, checkpoint_every=2, eval_every=3)
+  straight = trainer.train_and_evaluate(config, str(tmp_path / "straight"))
+
+  real_batch = batches.train_batch
+
+  def dies_at_step_5(split, batch_size, step, seed):
+    if step == 5:  # after the checkpoint at step 4, in the middle of the run
+      raise KeyboardInterrupt
+    return real_batch(split, batch_size, step, seed)
+
+  monkeypatch.setattr(batches, "train_batch", dies_at_step_5)
+  with pytest.raises(KeyboardInterrupt):
+    trainer.train_and_evaluate(config, str(tmp_path / "resumed"))
+  monkeypatch.setattr(batches, "train_batch", real_batch)
+  resumed = trainer.train_and_evaluate(config, str(tmp_path / "resumed"))
+
+  for key in ("test_accuracy", "test_loss", "best_step", "best_val_accuracy",
+              "last_step_test_accuracy"):
+    assert resumed[key] == straight[key], key
+  a, _ = _final_params(str(tmp_path / "straight"), config)
+  b, _ = _final_params(str(tmp_path / "resumed"), config)
+  assert int(a.step) == int(b.step) == 7
+  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_array_equal(x, y)
+  with open(tmp_path / "resumed" / "results.json") as f:
+    assert json.load(f)["test_accuracy"] == straight["test_accuracy"]
+
+
+def test_every_test_example_counted_once(listops_dir):
+  config = tiny_config(listops_dir)
+  task = tasks.load(config)
+  n = len(task.splits["test"]["labels"])
+  assert n % config.eval_batch_size  # the last batch really is padded
+  model = trainer.build_model(config, task)
+  mesh = trainer.make_mesh()
+  _, eval_step, sharding = trainer.make_steps(model, False, mesh)
+  state = trainer.create_state(model, task, config, mesh)
+  result = trainer.evaluate(eval_step, state, task.splits["test"], config.eval_batch_size,
+                            sharding)
+  logits = model.apply(jax.device_get(state.params), task.splits["test"]["inputs"])
+  expected = np.mean(np.argmax(logits, -1) == task.splits["test"]["labels"])
+  assert result["count"] == n
+  np.testing.assert_allclose(result["accuracy"], expected, rtol=1e-6)
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(listops_dir, tmp_path,
+                                                              monkeypatch):
+  real = optim.learning_rate_schedule
+
+  def explodes_at_step_3(config):
+    base = real(config)
+    return lambda step: jnp.where(step >= 3, jnp.inf, base(step))
+
+  monkeypatch.setattr(optim, "learning_rate_schedule", explodes_at_step_3)
+  config = tiny_config(listops_dir, num_train_steps=8, log_every=1, checkpoint_every=2)
+  workdir = str(tmp_path / "run")
+  with pytest.raises(trainer.NonFiniteLossError, match="last good checkpoint \\(step 2\\)"):
+    trainer.train_and_evaluate(config, workdir)
+  monkeypatch.setattr(optim, "learning_rate_schedule", real)
+  state, _ = _final_params(workdir, config)
+  assert int(state.step) == 2
+  assert all(np.all(np.isfinite(x)) for x in jax.tree_util.tree_leaves(state.params))
+  assert not os.path.exists(os.path.join(workdir, "results.json"))
+
+
+def test_quick_config_loss_goes_down(listops_dir, tmp_path):
+  """The README's CPU config (its model and optimiser) on the tiny data."""
+  from configs import listops
+  config = listops.get_config("transformer,cpu")
+  config.data.data_dir, config.data.generate_if_missing, config.data.max_len = listops_dir, False, 40
+  config.num_train_steps, config.log_every, config.progress = 120, 20, False
+  config.eval_every = config.checkpoint_every = 120
+  results = trainer.train_and_evaluate(config, str(tmp_path))
+  with open(tmp_path / "metrics.jsonl") as f:
+    losses = [r["train_loss"] for r in map(json.loads, f) if "train_loss" in r]
+  assert len(losses) == 6
+  assert np.mean(losses[-2:]) < losses[0] - 0.2, losses
+  assert results["test_count"] == 70
+  assert os.listdir(tmp_path / "tensorboard")
+
+
+def test_train_order_is_a_fresh_permutation_each_epoch():
+  seen = [batches.train_indices(10, 3, step, seed=1) for step in range(6)]
+  epoch0, epoch1 = np.concatenate(seen[:3]), np.concatenate(seen[3:])
+  assert len(set(epoch0)) == len(set(epoch1)) == 9
+  assert not np.array_equal(epoch0, epoch1)
+  np.testing.assert_array_equal(batches.train_indices(10, 3, 4, seed=1), seen[4])
+
+
+def test_bad_batch_size_is_a_user_error(listops_dir, tmp_path):
+  with pytest.raises(UserError, match="multiple of the device count"):
+    trainer.train_and_evaluate(tiny_config(listops_dir, batch_size=12), str(tmp_path))
