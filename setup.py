@@ -25,5 +25,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest==9.2.0", "pytest-xdist==3.8.0"],
+        # NVIDIA GPUs: the CUDA plugin of the same JAX version (pick the one for your driver).
+        "cuda12": ["jax[cuda12]==0.10.2"],
+        "cuda13": ["jax[cuda13]==0.10.2"],
     },
 )

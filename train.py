@@ -32,7 +32,11 @@ def _parse_flags(argv):
   try:
     rest = flags.FLAGS(argv)
   except flags.Error as e:
-    _fail(str(e))
+    message = str(e)
+    if "Traceback" in message:  # an exception inside get_config: keep only its last line
+      last = [l for l in message.splitlines() if l.strip()][-1].strip()
+      message = f"{message.splitlines()[0].split(':')[0]}: {last}"
+    _fail(message)
   except (AttributeError, KeyError, ValueError, TypeError) as e:
     _fail(f"bad --config override ({e}); a key must already exist in the config "
           f"(see the config file for the valid keys)")
@@ -41,7 +45,8 @@ def _parse_flags(argv):
     if config is None or not hasattr(config, "task"):
       raise ValueError("--config is required, e.g. --config=configs/listops.py:transformer")
   except Exception as e:  # a missing file or an error inside get_config
-    _fail(f"cannot load --config: {e}")
+    last = [l for l in str(e).splitlines() if l.strip()] or [repr(e)]
+    _fail(f"cannot load --config: {last[-1].strip()}")
   if not _WORKDIR.value:
     _fail("--workdir is required (checkpoints, metrics and results.json go there)")
   return rest

@@ -1,0 +1,89 @@
+"""train.py and python -m lra.data from the command line: results and one-line errors."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--config.data.max_len=40", "--config.model.num_layers=1", "--config.model.emb_dim=16",
+        "--config.model.qkv_dim=16", "--config.model.mlp_dim=32", "--config.batch_size=16",
+        "--config.eval_batch_size=16", "--config.num_train_steps=4", "--config.eval_every=2",
+        "--config.checkpoint_every=2", "--config.log_every=2", "--config.progress=False"]
+
+
+def _run(*args, cwd=ROOT):
+  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+  return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                        text=True, timeout=300)
+
+
+def _error_line(proc):
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+  assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  return lines[0]
+
+
+def test_train_runs_prints_accuracy_and_resumes(listops_dir, tmp_path):
+  workdir = str(tmp_path / "run")
+  args = ["train.py", "--config=configs/listops.py:transformer,cpu", f"--workdir={workdir}",
+          f"--config.data.data_dir={listops_dir}", *TINY]
+  first = _run(*args)
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert "test accuracy" in first.stdout
+  with open(os.path.join(workdir, "results.json")) as f:
+    results = json.load(f)
+  assert results["test_count"] == 70 and results["num_train_steps"] == 4
+  second = _run(*args[:-len(TINY)], *TINY[:-1], "--config.num_train_steps=6",
+                "--config.progress=False")
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert "Resuming from the checkpoint at step 4" in second.stdout
+
+
+def test_bad_override_key(tmp_path):
+  line = _error_line(_run("train.py", "--config=configs/listops.py:transformer",
+                          f"--workdir={tmp_path}", "--config.model.no_such_key=3"))
+  assert "no_such_key" in line and "must already exist" in line
+
+
+def test_unknown_model_lists_valid_ones(listops_dir, tmp_path):
+  line = _error_line(_run("train.py", "--config=configs/listops.py:no_such_model",
+                          f"--workdir={tmp_path}", f"--config.data.data_dir={listops_dir}",
+                          *TINY))
+  assert "no_such_model" in line and "transformer" in line
+
+
+def test_unknown_config_option(tmp_path):
+  line = _error_line(_run("train.py", "--config=configs/listops.py:transformer,gpu",
+                          f"--workdir={tmp_path}"))
+  assert "MODEL[,cpu][,paper]" in line
+
+
+def test_missing_data_names_the_command(tmp_path):
+  line = _error_line(_run("train.py", "--config=configs/listops.py:transformer",
+                          f"--workdir={tmp_path / 'run'}",
+                          f"--config.data.data_dir={tmp_path / 'nothing'}",
+                          "--config.data.generate_if_missing=False"))
+  assert "python -m lra.data listops --data_dir=" in line
+
+
+def test_malformed_file_is_reported_and_kept(listops_dir, tmp_path):
+  data = tmp_path / "data"
+  shutil.copytree(listops_dir, data)
+  with open(data / "basic_val.tsv", "a") as f:
+    f.write("( [MAX 1 2 ] )\t3\textra\n")
+  line = _error_line(_run("train.py", "--config=configs/listops.py:transformer,cpu",
+                          f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={data}",
+                          *TINY))
+  assert "basic_val.tsv" in line and "line 62" in line
+  assert (data / "basic_val.tsv").read_text().endswith("extra\n")  # nothing deleted
+
+
+def test_data_command_generates_listops(tmp_path):
+  proc = _run("-m", "lra.data", "listops", f"--data_dir={tmp_path}", "--num_train=50",
+              "--num_val=5", "--num_test=5", "--min_length=5", "--max_length=30",
+              "--max_depth=3", "--workers=1")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "wrote train" in proc.stdout
+  assert len((tmp_path / "basic_train.tsv").read_text().splitlines()) == 51
