@@ -154,6 +154,7 @@ def _write_json(path: str, obj) -> None:
 
 def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   """Trains (resuming from `workdir` if it holds checkpoints), then tests the best checkpoint."""
+  workdir = os.path.abspath(workdir)  # Orbax needs absolute paths
   os.makedirs(workdir, exist_ok=True)
   task = tasks.load(config)
   model = build_model(config, task)

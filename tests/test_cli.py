@@ -26,17 +26,18 @@ def _error_line(proc):
 
 
 def test_train_runs_prints_accuracy_and_resumes(listops_dir, tmp_path):
-  workdir = str(tmp_path / "run")
-  args = ["train.py", "--config=configs/listops.py:transformer,cpu", f"--workdir={workdir}",
-          f"--config.data.data_dir={listops_dir}", *TINY]
-  first = _run(*args)
+  # Run from another directory with a relative --workdir, as a user would.
+  args = [os.path.join(ROOT, "train.py"),
+          f"--config={os.path.join(ROOT, 'configs', 'listops.py')}:transformer,cpu",
+          "--workdir=run", f"--config.data.data_dir={listops_dir}", *TINY]
+  first = _run(*args, cwd=tmp_path)
   assert first.returncode == 0, first.stderr[-3000:]
   assert "test accuracy" in first.stdout
-  with open(os.path.join(workdir, "results.json")) as f:
+  with open(tmp_path / "run" / "results.json") as f:
     results = json.load(f)
   assert results["test_count"] == 70 and results["num_train_steps"] == 4
   second = _run(*args[:-len(TINY)], *TINY[:-1], "--config.num_train_steps=6",
-                "--config.progress=False")
+                "--config.progress=False", cwd=tmp_path)
   assert second.returncode == 0, second.stderr[-3000:]
   assert "Resuming from the checkpoint at step 4" in second.stdout
 
