@@ -1,11 +1,23 @@
 """Orbax checkpoints: the latest few for resuming, and the best on validation for testing."""
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+
+def fingerprint(state) -> str:
+  """A hash of the state's tree, shapes and dtypes: equal iff a checkpoint fits the state."""
+  leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+  text = ";".join(f"{jax.tree_util.keystr(k)}:{v.shape}:{v.dtype}" for k, v in leaves)
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class MismatchError(ValueError):
+  """The checkpoint was made by another model or optimiser."""
 
 
 class Checkpoints:
@@ -18,6 +30,7 @@ class Checkpoints:
 
   @staticmethod
   def _save(manager, step: int, state, meta: dict[str, Any]) -> None:
+    meta = {**meta, "fingerprint": fingerprint(state)}
     manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                meta=ocp.args.JsonSave(meta)), force=True)
     manager.wait_until_finished()  # a kill right after returns still leaves it whole
@@ -33,6 +46,11 @@ class Checkpoints:
     step = manager.latest_step()
     if step is None:
       return None
+    meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+    if meta.get("fingerprint") != fingerprint(like_state):
+      # Checked before restoring: a failed Orbax restore leaves noisy asyncio errors behind.
+      raise MismatchError(f"{manager.directory} holds step {step} of a different model or "
+                          f"optimiser (parameter or optimiser-state shapes differ)")
     abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, like_state)
     restored = manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))

@@ -18,7 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import models
 from lra import batches, optim, tasks
-from lra.checkpoint import Checkpoints
+from lra.checkpoint import Checkpoints, MismatchError
 from lra.errors import UserError
 from lra.writers import MetricWriter
 
@@ -160,14 +160,19 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   model = build_model(config, task)
   mesh = make_mesh(devices)
   _check_sizes(config, task, mesh)
-  _write_json(os.path.join(workdir, "config.json"), config.to_dict())
   train_step, eval_step, sharding = make_steps(model, task.pair, mesh)
   state = create_state(model, task, config, mesh)
   ckpts = Checkpoints(workdir, config.keep_checkpoints)
   meta = {"best_val_accuracy": -1.0, "best_step": None, "train_time_s": 0.0}
-  restored = ckpts.restore_latest(state)
+  try:
+    restored = ckpts.restore_latest(state)
+  except MismatchError as e:
+    ckpts.close()
+    raise UserError(f"the checkpoints do not fit this config: {e}; run with the config they "
+                    f"were made with (see {workdir}/config.json), or use a new --workdir") from None
   if restored is not None:
     state, meta = restored
+  _write_json(os.path.join(workdir, "config.json"), config.to_dict())
   start, total = int(state.step), config.num_train_steps
   if start and jax.process_index() == 0:
     print(f"Resuming from the checkpoint at step {start} in {workdir}", flush=True)

@@ -88,3 +88,13 @@ def test_data_command_generates_listops(tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "wrote train" in proc.stdout
   assert len((tmp_path / "basic_train.tsv").read_text().splitlines()) == 51
+
+
+def test_resuming_with_another_model_size_is_refused(listops_dir, tmp_path):
+  args = ["train.py", "--config=configs/listops.py:transformer,cpu", f"--workdir={tmp_path}",
+          f"--config.data.data_dir={listops_dir}", *TINY]
+  assert _run(*args).returncode == 0
+  before = sorted(os.listdir(tmp_path / "checkpoints"))
+  line = _error_line(_run(*args, "--config.model.emb_dim=32", "--config.num_train_steps=8"))
+  assert "do not fit this config" in line and "config.json" in line
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == before  # nothing saved is lost
