@@ -60,3 +60,14 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.keep_checkpoints = 2         # resumable checkpoints kept (plus the best one)
   c.progress = True              # progress bar with steps/s and ETA
   return c
+
+
+def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int, emb: int = 64,
+           heads: int = 4, layers: int = 2) -> None:
+  """The CPU switch's common part: a small model and a short run with frequent evaluation."""
+  m = c.model
+  m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = emb, emb, 2 * emb, heads, layers
+  c.num_train_steps, c.batch_size, c.eval_batch_size = steps, batch, batch
+  c.warmup_steps = max(steps // 10, 1)
+  c.log_every = max(steps // 20, 1)
+  c.eval_every = c.checkpoint_every = max(steps // 4, 1)

@@ -1,44 +1,152 @@
-"""Make a task's data: `python -m lra.data listops --data_dir=data/listops [generator flags]`.
+"""The data command: generates or prepares a task's data in its data directory.
 
-With no generator flags it writes the full LRA release sizes (96K/2K/2K, 500 < length < 2000).
+  python -m lra.data listops    --data_dir=data/listops [generator flags]
+  python -m lra.data text       --data_dir=data/text (--imdb_tar=PATH | --tfds_dir=DIR)
+  python -m lra.data retrieval  --data_dir=data/retrieval --release_dir=PATH/tsv_data
+  python -m lra.data image      --data_dir=data/image (--cifar=PATH | --tfds_dir=DIR)
+  python -m lra.data pathfinder --data_dir=data/pathfinder32 [--size=32] [--level=hard]
+                                [--num_images=200000 | --release_dir=PATH/lra_release]
+  python -m lra.data pathx      (pathfinder with --size=128, data/pathfinder128)
 """
+from __future__ import annotations
+
+import argparse
 import os
 import sys
 
-from absl import app, flags
+import numpy as np
+import tqdm
 
-from lra import listops
+from lra import store
 
-_DATA_DIR = flags.DEFINE_string("data_dir", "data/listops", "Where basic_*.tsv are written.")
-_NUM_TRAIN = flags.DEFINE_integer("num_train", 96000, "Train examples.")
-_NUM_VAL = flags.DEFINE_integer("num_val", 2000, "Validation examples.")
-_NUM_TEST = flags.DEFINE_integer("num_test", 2000, "Test examples.")
-_MIN_LENGTH = flags.DEFINE_integer("min_length", 500, "Keep trees longer than this.")
-_MAX_LENGTH = flags.DEFINE_integer("max_length", 2000, "Keep trees shorter than this.")
-_MAX_DEPTH = flags.DEFINE_integer("max_depth", 10, "Deepest operator nesting.")
-_MAX_ARGS = flags.DEFINE_integer("max_args", 10, "Most arguments per operator.")
-_SEED = flags.DEFINE_integer("seed", 0, "Generator seed.")
-_WORKERS = flags.DEFINE_integer("workers", 0, "Processes; 0 = all cores.")
-
-TASKS = ("listops",)
+TEXT_MAX_LEN = 4000  # the longest Text length any config uses; configs cut it shorter
 
 
-def main(argv):
-  if len(argv) != 2 or argv[1] not in TASKS:
-    print(f"usage: python -m lra.data TASK [flags]; TASK is one of: {', '.join(TASKS)}",
-          file=sys.stderr)
-    sys.exit(2)
-  if _MIN_LENGTH.value >= _MAX_LENGTH.value - 1:
-    print("error: --min_length must be below --max_length - 1", file=sys.stderr)
-    sys.exit(2)
+def _listops(args) -> None:
+  from lra import listops
   paths = listops.generate_split_files(
-      _DATA_DIR.value, num_train=_NUM_TRAIN.value, num_val=_NUM_VAL.value,
-      num_test=_NUM_TEST.value, min_length=_MIN_LENGTH.value, max_length=_MAX_LENGTH.value,
-      max_depth=_MAX_DEPTH.value, max_args=_MAX_ARGS.value, seed=_SEED.value,
-      workers=_WORKERS.value or None)
+      args.data_dir, num_train=args.num_train, num_val=args.num_val, num_test=args.num_test,
+      min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
+      max_args=args.max_args, seed=args.seed, workers=args.workers or None)
   for split, path in paths.items():
     print(f"wrote {split}: {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
 
 
+def _one_source(args, first: str) -> None:
+  if (getattr(args, first) is None) == (args.tfds_dir is None):
+    raise ValueError(f"give exactly one of --{first} and --tfds_dir")
+
+
+def _text(args) -> None:
+  from lra import text
+  _one_source(args, "imdb_tar")
+  for split in ("train", "test"):
+    if args.imdb_tar:
+      texts, labels = text.load_raw_imdb(args.imdb_tar, split)
+    else:
+      texts, labels = text.load_tfds_imdb(split, args.tfds_dir)
+    writer = store.SplitWriter(args.data_dir, split, len(labels), {
+        "inputs": ((args.max_len,), np.uint16), "labels": ((), np.int32)})
+    for row, data in enumerate(tqdm.tqdm(texts, desc=f"text {split}", unit="review")):
+      writer[row] = {"inputs": text.encode_bytes(data, args.max_len), "labels": labels[row]}
+    writer.close()
+    print(f"wrote {split}: {len(labels)} reviews to {args.data_dir}")
+
+
+def _image(args) -> None:
+  from lra import image
+  _one_source(args, "cifar")
+  if args.cifar:
+    train = image.load_raw_cifar10(args.cifar, "train")
+    cut = int(round(len(train[1]) * 0.9))  # as TFDS's train[:90%] / train[90%:]
+    splits = {"train": (train[0][:cut], train[1][:cut]),
+              "val": (train[0][cut:], train[1][cut:]),
+              "test": image.load_raw_cifar10(args.cifar, "test")}
+  else:
+    splits = {s: image.load_tfds_cifar10(name, args.tfds_dir) for s, name in
+              (("train", "train[:90%]"), ("val", "train[90%:]"), ("test", "test"))}
+  for split, (pixels, labels) in splits.items():
+    store.write_split(args.data_dir, split, {"inputs": pixels, "labels": labels})
+    print(f"wrote {split}: {len(labels)} images to {args.data_dir}")
+
+
+def _retrieval(args) -> None:
+  from lra import retrieval
+  counts = retrieval.prepare(args.release_dir, args.data_dir, args.max_len)
+  for split, num in counts.items():
+    print(f"wrote {split}: {num} pairs to {args.data_dir}")
+
+
+def _pathfinder(args) -> None:
+  from lra import pathfinder
+  size = args.size or (128 if args.task == "pathx" else 32)
+  data_dir = args.data_dir or f"data/pathfinder{size}"
+  out = pathfinder.prepared_dir(data_dir, args.level)
+  if args.release_dir:
+    level_dir = pathfinder.find_level_dir(args.release_dir, size, args.level)
+    counts = pathfinder.prepare(level_dir, out, size)
+  else:
+    counts = pathfinder.generate_and_prepare(data_dir, size=size, level=args.level,
+                                             num_images=args.num_images, seed=args.seed,
+                                             workers=args.workers or None)
+  for split, num in counts.items():
+    print(f"wrote {split}: {num} images to {out}")
+
+
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python -m lra.data", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = p.add_subparsers(dest="task", required=True, metavar="TASK")
+
+  s = sub.add_parser("listops", help="generate ListOps (release TSV format)")
+  s.add_argument("--data_dir", default="data/listops")
+  for name, default in (("num_train", 96000), ("num_val", 2000), ("num_test", 2000),
+                        ("min_length", 500), ("max_length", 2000), ("max_depth", 10),
+                        ("max_args", 10), ("seed", 0), ("workers", 0)):
+    s.add_argument(f"--{name}", type=int, default=default)
+  s.set_defaults(run=_listops)
+
+  s = sub.add_parser("text", help="prepare IMDb from the raw tarball or prepared TFDS data")
+  s.add_argument("--data_dir", default="data/text")
+  s.add_argument("--imdb_tar", help="path of aclImdb_v1.tar.gz")
+  s.add_argument("--tfds_dir", help="TFDS data_dir holding a prepared imdb_reviews")
+  s.add_argument("--max_len", type=int, default=TEXT_MAX_LEN)
+  s.set_defaults(run=_text)
+
+  s = sub.add_parser("image", help="prepare grayscale CIFAR-10 (raw binary or TFDS)")
+  s.add_argument("--data_dir", default="data/image")
+  s.add_argument("--cifar", help="cifar-10-binary.tar.gz or the cifar-10-batches-bin folder")
+  s.add_argument("--tfds_dir", help="TFDS data_dir holding a prepared cifar10")
+  s.set_defaults(run=_image)
+
+  s = sub.add_parser("retrieval", help="prepare AAN pairs from the release's tsv_data")
+  s.add_argument("--data_dir", default="data/retrieval")
+  s.add_argument("--release_dir", required=True,
+                 help="folder with new_aan_pairs.{train,eval,test}.tsv")
+  s.add_argument("--max_len", type=int, default=4000)
+  s.set_defaults(run=_retrieval)
+
+  for name in ("pathfinder", "pathx"):
+    s = sub.add_parser(name, help="generate (or read from the release) Pathfinder images")
+    s.add_argument("--data_dir", default=None, help="default data/pathfinder<size>")
+    s.add_argument("--size", type=int, default=None, help="32 (pathfinder) or 128 (pathx)")
+    s.add_argument("--level", default="hard", choices=("easy", "intermediate", "hard"))
+    s.add_argument("--num_images", type=int, default=200000)
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--workers", type=int, default=0, help="0 = all cores")
+    s.add_argument("--release_dir", help="read the original release instead of generating")
+    s.set_defaults(run=_pathfinder)
+  return p
+
+
+def main(argv=None) -> None:
+  args = parser().parse_args(argv)
+  try:
+    args.run(args)
+  except (FileNotFoundError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  main()

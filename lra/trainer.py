@@ -91,6 +91,15 @@ def make_steps(model, pair: bool, mesh: Mesh):
   return train, evaluate, sharded
 
 
+def add_masks(batch: dict[str, np.ndarray], padding: bool) -> dict[str, np.ndarray]:
+  """Tasks whose token 0 is a real value (pixels) get explicit all-true masks."""
+  if not padding:
+    batch["mask"] = np.ones(batch["inputs"].shape, bool)
+    if "inputs2" in batch:
+      batch["mask2"] = np.ones(batch["inputs2"].shape, bool)
+  return batch
+
+
 def to_global(batch: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:
   """This process's rows -> one global array per key, sharded over the mesh."""
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in batch.items()}
@@ -110,10 +119,11 @@ def create_state(model, task: tasks.Task, config, mesh: Mesh):
   return jax.jit(init, out_shardings=NamedSharding(mesh, P()))(rng)
 
 
-def evaluate(eval_step, state, split, batch_size: int, sharding) -> dict[str, float]:
+def evaluate(eval_step, state, split, batch_size: int, sharding,
+             padding: bool = True) -> dict[str, float]:
   total = None
   for batch in batches.eval_batches(split, batch_size):
-    sums = eval_step(state, to_global(batch, sharding))
+    sums = eval_step(state, to_global(add_masks(batch, padding), sharding))
     total = sums if total is None else jax.tree_util.tree_map(jnp.add, total, sums)
   total = jax.device_get(total)
   count = float(total["count"])
@@ -179,7 +189,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   dropout_rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)
   writer = MetricWriter(workdir)
   evaluate_split = functools.partial(evaluate, eval_step, batch_size=config.eval_batch_size,
-                                     sharding=sharding)
+                                     sharding=sharding, padding=task.padding)
   bar = tqdm.tqdm(total=total, initial=start, desc=f"{config.task}/{config.model.name}",
                   disable=not config.progress or jax.process_index() != 0,
                   mininterval=1.0, dynamic_ncols=True)
@@ -196,6 +206,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   try:
     for step in range(start, total):
       batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
+      batch = add_masks(batch, task.padding)
       state, metrics = train_step(state, to_global(batch, sharding), dropout_rng)
       metrics["steps"] = jnp.ones((), jnp.float32)
       sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
@@ -228,7 +239,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
     best_state, best_meta = ckpts.restore_best(state)
     test = evaluate_split(best_state, task.splits["test"])
     last_test = evaluate_split(state, task.splits["test"])
-    labels = task.splits["test"]["labels"]
+    labels = np.asarray(task.splits["test"]["labels"])
     results = {
         "task": config.task, "model": config.model.name,
         "test_accuracy": test["accuracy"], "test_loss": test["loss"],

@@ -1,0 +1,37 @@
+"""Image: CIFAR-10 in grayscale, 1,024 pixel tokens (values 0..255), 10 classes.
+
+Black pixels (value 0) are NOT padding here: every pixel is a real token. The original's
+padding mask `inputs > 0` dropped black pixels by accident; `--config.data.black_is_padding=True`
+restores that behaviour.
+Usage: --config=configs/image.py:MODEL[,cpu][,paper]
+  default: the original repository's base config: 1 layer, 32/64, 1 head (for the Transformer:
+           1 layer, emb 128, qkv 64, mlp 128, 8 heads), batch 256, lr 5e-4 warmup + cosine,
+           35K steps (200 epochs), warmup 175, no weight decay, CLS pooling.
+  paper:   the paper's appendix (3 layers, 4 heads, FFN 128, qkv 64, lr 0.01).
+  cpu:     a small model, batch 32, 200 steps (needs the prepared data).
+Data: python -m lra.data image --data_dir=data/image --cifar=PATH/cifar-10-binary.tar.gz
+"""
+from configs import base
+
+
+def get_config(arg=None):
+  model, options = base.parse_arg(arg)
+  c = base.base_config(model)
+  c.task = "image"
+  c.data.data_dir = "data/image"   # prepared: train[:90%] / train[90%:] / test
+  c.data.black_is_padding = False  # True = the original's accidental mask
+  m = c.model
+  if model == "transformer":
+    m.num_layers, m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads = 1, 128, 64, 128, 8
+  else:
+    m.num_layers, m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads = 1, 32, 32, 64, 1
+  c.batch_size = c.eval_batch_size = 256
+  c.schedule, c.learning_rate, c.warmup_steps, c.num_train_steps = "cosine", 5e-4, 175, 35000
+  c.weight_decay = 0.0
+  c.eval_every = c.checkpoint_every = 1000
+  if "paper" in options:
+    m.num_layers, m.num_heads, m.mlp_dim, m.qkv_dim = 3, 4, 128, 64
+    c.learning_rate = 0.01
+  if "cpu" in options:
+    base.shrink(c, steps=200, batch=32, emb=32, heads=2, layers=1)
+  return c

@@ -1,0 +1,63 @@
+"""Retrieval (ACL Anthology Network pairs): reads the release's new_aan_pairs.*.tsv files.
+
+Each line: label (float) \t id1 \t id2 \t text1 \t text2; no header, no quoting. Each text is
+cut to 10,000 bytes, then to `max_len` byte tokens (id = byte + 1), as the original did.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import numpy as np
+import tqdm
+
+from lra import store
+from lra.text import encode_bytes
+
+SPLIT_FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv",
+               "test": "new_aan_pairs.test.tsv"}
+MAX_BYTES = 10_000
+
+
+def iter_pairs(path: str) -> Iterator[tuple[int, bytes, bytes]]:
+  """(label, text1, text2) per line; a malformed line raises ValueError naming file and line."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"AAN file not found: {path}")
+  with open(path, "rb") as f:
+    for number, line in enumerate(f, 1):
+      columns = line.rstrip(b"\r\n").split(b"\t")
+      if len(columns) != 5:
+        raise ValueError(f"{path}, line {number}: expected 5 tab-separated columns "
+                         f"(label id1 id2 text1 text2), got {len(columns)}")
+      try:
+        label = float(columns[0])
+      except ValueError:
+        label = -1.0
+      if label not in (0.0, 1.0):
+        raise ValueError(f"{path}, line {number}: label must be 0 or 1, got "
+                         f"{columns[0][:20]!r}")
+      yield int(label), columns[3][:MAX_BYTES], columns[4][:MAX_BYTES]
+
+
+def prepare(release_dir: str, data_dir: str, max_len: int = 4000,
+            progress: bool = True) -> dict[str, int]:
+  """Tokenises the three release files into `data_dir` (memory-mapped .npy, streamed)."""
+  counts = {}
+  for split, name in SPLIT_FILES.items():
+    source = os.path.join(release_dir, name)
+    if not os.path.exists(source):
+      raise FileNotFoundError(f"AAN file not found: {source} (expected the release's "
+                              f"tsv_data folder with {', '.join(SPLIT_FILES.values())})")
+    with open(source, "rb") as f:
+      num = sum(1 for _ in f)
+    writer = store.SplitWriter(data_dir, split, num, {
+        "inputs": ((max_len,), np.uint16), "inputs2": ((max_len,), np.uint16),
+        "labels": ((), np.int32)})
+    rows = tqdm.tqdm(iter_pairs(source), total=num, desc=f"retrieval {split}",
+                     disable=not progress, unit="pair")
+    for row, (label, text1, text2) in enumerate(rows):
+      writer[row] = {"inputs": encode_bytes(text1, max_len),
+                     "inputs2": encode_bytes(text2, max_len), "labels": label}
+    writer.close()
+    counts[split] = num
+  return counts

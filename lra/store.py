@@ -1,0 +1,89 @@
+"""Prepared splits on disk: one .npy file per field, read back through memory maps.
+
+The data command writes them once; training reads only the rows of each batch (and on a
+multi-host run only this process's rows), so no split has to fit in memory.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+import numpy as np
+
+
+def path(data_dir: str, split: str, field: str) -> str:
+  return os.path.join(data_dir, f"{split}.{field}.npy")
+
+
+def exists(data_dir: str, splits: Iterable[str]) -> bool:
+  """Labels are written last, so their presence means the split is complete."""
+  return all(os.path.exists(path(data_dir, s, "labels")) for s in splits)
+
+
+class SplitWriter:
+  """Fills `num` rows of each field in place (memory-mapped), then publishes the files."""
+
+  def __init__(self, data_dir: str, split: str, num: int, fields: dict[str, tuple]):
+    os.makedirs(data_dir, exist_ok=True)
+    self._final = {f: path(data_dir, split, f) for f in fields}
+    self._tmp = {f: p[:-4] + ".tmp.npy" for f, p in self._final.items()}
+    self.arrays = {f: np.lib.format.open_memmap(self._tmp[f], mode="w+", dtype=dtype,
+                                                shape=(num, *tail))
+                   for f, (tail, dtype) in fields.items()}
+
+  def __setitem__(self, row: int, values: dict[str, np.ndarray]) -> None:
+    for field, value in values.items():
+      self.arrays[field][row] = value
+
+  def close(self) -> None:
+    for array in self.arrays.values():
+      array.flush()
+    self.arrays = {}
+    for field in sorted(self._final, key=lambda f: f == "labels"):  # labels last
+      os.replace(self._tmp[field], self._final[field])
+
+
+def write_split(data_dir: str, split: str, arrays: dict[str, np.ndarray]) -> None:
+  """Writes in-memory arrays (small splits) in the same format."""
+  writer = SplitWriter(data_dir, split, len(arrays["labels"]),
+                       {f: (a.shape[1:], a.dtype) for f, a in arrays.items()})
+  for field, array in arrays.items():
+    writer.arrays[field][:] = array
+  writer.close()
+
+
+class Rows:
+  """Row `i` of this view is row `index[i]` of `base` (a memory map); reads on demand."""
+
+  def __init__(self, base, index: np.ndarray, max_len: int | None = None):
+    self.base, self.index, self.max_len = base, np.asarray(index), max_len
+
+  def __len__(self) -> int:
+    return len(self.index)
+
+  @property
+  def shape(self):
+    tail = self.base.shape[1:]
+    if self.max_len is not None:
+      tail = (min(self.max_len, tail[0]), *tail[1:])
+    return (len(self.index), *tail)
+
+  def __getitem__(self, rows):
+    wanted = self.index[rows]
+    order = np.argsort(wanted, kind="stable")  # ascending file offsets read fastest
+    out = np.empty((len(wanted), *self.shape[1:]), self.base.dtype)
+    picked = self.base[wanted[order]]
+    out[order] = picked[:, :self.max_len] if self.max_len is not None else picked
+    return out
+
+
+def load_split(data_dir: str, split: str, fields: Iterable[str], max_len: int,
+               index: np.ndarray | None = None) -> dict:
+  """Token fields as on-demand `Rows` cut to `max_len`; labels in memory."""
+  labels = np.load(path(data_dir, split, "labels"))
+  index = np.arange(len(labels)) if index is None else index
+  out = {"labels": labels[index].astype(np.int32)}
+  for field in fields:
+    if field != "labels":
+      out[field] = Rows(np.load(path(data_dir, split, field), mmap_mode="r"), index, max_len)
+  return out

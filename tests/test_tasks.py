@@ -1,0 +1,187 @@
+"""The prepared tasks end to end: release files written here -> data command -> task -> steps."""
+import os
+
+import jax
+import numpy as np
+import pytest
+from PIL import Image
+
+from lra import data, pathfinder, store, tasks, trainer
+from lra.errors import UserError
+
+
+def _tiny(config, steps=2, batch=8):
+  """Shrinks any task config to a few seconds of training on one CPU device."""
+  m = config.model
+  m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = 16, 16, 32, 2, 1
+  config.batch_size = config.eval_batch_size = batch
+  config.num_train_steps, config.warmup_steps = steps, 1
+  config.log_every = config.eval_every = config.checkpoint_every = steps
+  config.progress = False
+  return config
+
+
+def _train(config, workdir):
+  return trainer.train_and_evaluate(config, str(workdir), devices=jax.devices()[:1])
+
+
+# ------------------------------------------------------------------------------ Retrieval
+
+
+def _aan_line(label, text1, text2):
+  return f"{label}\tid1\tid2\t{text1}\t{text2}\n"
+
+
+def _write_aan(folder, rows_per_split=12):
+  os.makedirs(folder, exist_ok=True)
+  rng = np.random.default_rng(0)
+  for name in ("train", "eval", "test"):
+    with open(os.path.join(folder, f"new_aan_pairs.{name}.tsv"), "w") as f:
+      f.write(_aan_line("1.0", "ab", "x" * 12000))
+      for i in range(rows_per_split - 1):
+        f.write(_aan_line(f"{i % 2}.0", f"paper {i} " * int(rng.integers(1, 9)), "cited"))
+
+
+def test_retrieval_prepared_pairs_and_training(tmp_path):
+  release, prepared = tmp_path / "tsv_data", tmp_path / "retrieval"
+  _write_aan(release)
+  data.main(["retrieval", f"--release_dir={release}", f"--data_dir={prepared}",
+             "--max_len=64"])
+  from configs import retrieval
+  config = _tiny(retrieval.get_config("transformer"))
+  config.data.data_dir, config.data.max_len = str(prepared), 64
+  task = tasks.load(config)
+  assert task.pair and task.vocab_size == 257
+  assert [len(task.splits[s]["labels"]) for s in tasks.SPLITS] == [12, 12, 12]
+  first = task.splits["train"]
+  np.testing.assert_array_equal(first["inputs"][np.array([0])][0, :3], [ord("a") + 1,
+                                                                        ord("b") + 1, 0])
+  assert np.all(first["inputs2"][np.array([0])] == ord("x") + 1)  # cut to max_len
+  assert first["labels"][0] == 1
+  results = _train(config, tmp_path / "run")
+  assert results["test_count"] == 12
+
+
+def test_retrieval_malformed_line_names_file_and_line(tmp_path):
+  _write_aan(tmp_path)
+  with open(tmp_path / "new_aan_pairs.eval.tsv", "a") as f:
+    f.write("1.0\tonly\tthree\n")
+  with pytest.raises(SystemExit):
+    data.main(["retrieval", f"--release_dir={tmp_path}", f"--data_dir={tmp_path / 'out'}"])
+  with pytest.raises(ValueError, match="eval.tsv, line 13: expected 5"):
+    list(__import__("lra.retrieval").retrieval.iter_pairs(
+        str(tmp_path / "new_aan_pairs.eval.tsv")))
+
+
+def test_missing_prepared_data_gives_the_command(tmp_path):
+  from configs import retrieval, text
+  for module, command in ((retrieval, "python -m lra.data retrieval"),
+                          (text, "python -m lra.data text")):
+    config = module.get_config("transformer")
+    config.data.data_dir = str(tmp_path)
+    with pytest.raises(UserError, match=command):
+      tasks.load(config)
+
+
+# ------------------------------------------------------------------- Pathfinder (release)
+
+
+def _write_release(root, level="curv_baseline", size=32, num=20):
+  """A fake lra_release/pathfinder32/<level> with known pixels and labels."""
+  level_dir = root / "lra_release" / f"pathfinder{size}" / level
+  os.makedirs(level_dir / "imgs" / "0")
+  os.makedirs(level_dir / "metadata")
+  lines = []
+  for i in range(num):
+    pixels = np.full((size, size), i, np.uint8)
+    pixels[0, 0] = 255
+    Image.fromarray(pixels, mode="L").save(level_dir / "imgs" / "0" / f"sample_{i}.png")
+    lines.append(f"imgs/0 sample_{i}.png 0 {i % 2} 14 1.5 1\n")
+  lines.insert(5, "imgs/0 sample_172.png 0 1 6\n")  # the known empty image: skipped
+  (level_dir / "imgs" / "0" / "sample_172.png").write_bytes(b"")
+  (level_dir / "metadata" / "0.npy").write_text("".join(lines))
+  return level_dir
+
+
+def test_pathfinder_release_reader(tmp_path):
+  level_dir = _write_release(tmp_path)
+  assert pathfinder.find_level_dir(str(tmp_path), 32, "easy") == str(level_dir)
+  assert pathfinder.find_level_dir(str(tmp_path / "lra_release"), 32, "easy") == str(level_dir)
+  data.main(["pathfinder", f"--release_dir={tmp_path}", "--level=easy",
+             f"--data_dir={tmp_path / 'pf'}"])
+  prepared = pathfinder.prepared_dir(str(tmp_path / "pf"), "easy")
+  sizes = [len(np.load(store.path(prepared, s, "labels"))) for s in tasks.SPLITS]
+  assert sizes == [16, 2, 2]  # 80/10/10 of the 20 real images
+  train = store.load_split(prepared, "train", ["inputs"], 1024)
+  pixels = train["inputs"][np.arange(16)]
+  assert pixels.dtype == np.uint8 and pixels.shape == (16, 1024)
+  np.testing.assert_array_equal(pixels[:, 1], np.arange(16))  # file order kept
+  np.testing.assert_array_equal(train["labels"], np.arange(16) % 2)
+
+
+def test_pathfinder_malformed_release(tmp_path):
+  level_dir = _write_release(tmp_path)
+  (level_dir / "imgs" / "0" / "sample_3.png").write_bytes(b"not a png")
+  with pytest.raises(ValueError, match="sample_3.png: not a readable PNG"):
+    pathfinder.prepare(str(level_dir), str(tmp_path / "out"), 32, progress=False)
+  (level_dir / "metadata" / "0.npy").write_text("imgs/0 sample_0.png 0 7\n")
+  with pytest.raises(ValueError, match="0.npy, line 1"):
+    pathfinder.read_metadata(str(level_dir))
+
+
+# ------------------------------------------------------------------------- Text and Image
+
+
+def test_text_from_raw_tar_heldout_and_original_validation(tmp_path):
+  import tarfile
+  from tests.test_text_image import _add
+  tar_path = tmp_path / "aclImdb_v1.tar.gz"
+  with tarfile.open(tar_path, "w:gz") as tar:
+    for split in ("train", "test"):
+      for i in range(20):
+        sentiment = ("neg", "pos")[i % 2]
+        _add(tar, f"aclImdb/{split}/{sentiment}/{i}_1.txt", f"review {i} {sentiment}".encode())
+  data.main(["text", f"--imdb_tar={tar_path}", f"--data_dir={tmp_path / 'text'}"])
+  from configs import text
+  config = _tiny(text.get_config("transformer,cpu"))
+  config.data.data_dir = str(tmp_path / "text")
+  task = tasks.load(config)
+  sizes = [len(task.splits[s]["labels"]) for s in tasks.SPLITS]
+  assert sizes == [18, 2, 20] and task.vocab_size == 257 and task.padding
+  first = task.splits["test"]["inputs"][np.array([0])][0]  # test/neg/0_1.txt
+  np.testing.assert_array_equal(first[:10], np.frombuffer(b"review 0 n", np.uint8) + 1)
+  assert first.shape == (512,) and first[-1] == 0
+  _train(config, tmp_path / "run")
+  config.data.validation = "test"  # the original's choice, kept as an option
+  task = tasks.load(config)
+  assert [len(task.splits[s]["labels"]) for s in tasks.SPLITS] == [20, 20, 20]
+
+
+def test_image_from_raw_cifar_splits_and_black_pixels(tmp_path):
+  from tests.test_text_image import _cifar_batch
+  folder = tmp_path / "cifar-10-batches-bin"
+  folder.mkdir()
+  rng = np.random.default_rng(0)
+  for i in range(1, 6):
+    (folder / f"data_batch_{i}.bin").write_bytes(_cifar_batch(rng, [i, i + 1, 0, 9])[0])
+  test_bytes, test_images = _cifar_batch(rng, [1, 2, 3, 4, 5, 6])
+  test_images[0, 0, 0] = 0  # a black pixel
+  (folder / "test_batch.bin").write_bytes(
+      b"".join(bytes([l]) + im.transpose(2, 0, 1).tobytes()
+               for l, im in zip([1, 2, 3, 4, 5, 6], test_images)))
+  data.main(["image", f"--cifar={folder}", f"--data_dir={tmp_path / 'image'}"])
+  from configs import image
+  from lra.image import rgb_to_gray
+  config = _tiny(image.get_config("transformer,cpu"))
+  config.data.data_dir = str(tmp_path / "image")
+  task = tasks.load(config)
+  assert [len(task.splits[s]["labels"]) for s in tasks.SPLITS] == [18, 2, 6]
+  assert not task.padding  # black pixels are real tokens unless asked otherwise
+  pixels = task.splits["test"]["inputs"][np.arange(6)]
+  np.testing.assert_array_equal(pixels, rgb_to_gray(test_images).reshape(6, 1024))
+  assert pixels[0, 0] == 0
+  batch = trainer.add_masks({"inputs": pixels}, task.padding)
+  assert batch["mask"].all()
+  _train(config, tmp_path / "run")
+  config.data.black_is_padding = True  # the original's accidental mask
+  assert tasks.load(config).padding
