@@ -22,6 +22,8 @@ setup(
         "tensorflow-datasets==4.9.10",  # reads prepared TFDS data without TensorFlow
         "tensorboardX==2.6.5",          # TensorBoard events without TensorFlow
         "tqdm==4.70.1",
+        "pillow==13.0.0",               # Pathfinder PNGs
+        "matplotlib==3.11.2",           # eval.py charts
     ],
     extras_require={
         "test": ["pytest==9.2.0", "pytest-xdist==3.8.0"],

@@ -8,7 +8,7 @@ Usage: --config=configs/image.py:MODEL[,cpu][,paper]
            1 layer, emb 128, qkv 64, mlp 128, 8 heads), batch 256, lr 5e-4 warmup + cosine,
            35K steps (200 epochs), warmup 175, no weight decay, CLS pooling.
   paper:   the paper's appendix (3 layers, 4 heads, FFN 128, qkv 64, lr 0.01).
-  cpu:     a small model, batch 32, 200 steps (needs the prepared data).
+  cpu:     a 1-layer model, batch 8, 60 steps: a smoke run (needs the prepared data).
 Data: python -m lra.data image --data_dir=data/image --cifar=PATH/cifar-10-binary.tar.gz
 """
 from configs import base
@@ -33,5 +33,5 @@ def get_config(arg=None):
     m.num_layers, m.num_heads, m.mlp_dim, m.qkv_dim = 3, 4, 128, 64
     c.learning_rate = 0.01
   if "cpu" in options:
-    base.shrink(c, steps=200, batch=32, emb=32, heads=2, layers=1)
+    base.shrink(c, steps=60, batch=8, emb=32, heads=2, layers=1)
   return c

@@ -189,7 +189,8 @@ def _stamps(params: Params) -> _Stamps:
       dx = coords[None, None, :] - start[:, 1, None, None]
       along = dy * unit[:, 0, None, None] + dx * unit[:, 1, None, None]
       across = dx * unit[:, 0, None, None] - dy * unit[:, 1, None, None]
-      inside = (along >= 0) & (along <= length) & (np.abs(across) <= half_width)
+      eps = 1e-9  # the pivot itself is a sub-sample centre: keep it inked despite rounding
+      inside = (along >= -eps) & (along <= length + eps) & (np.abs(across) <= half_width + eps)
       coverage[fy, fx] = _downsample(inside, box, s)
   ink = coverage > 0
   reserved = _grow_by_margin(ink, params.margin).astype(np.int16)
@@ -335,8 +336,10 @@ def _grow_targets(board: _Board, rng: np.random.Generator
       rec, _ = board.disk(seeds[s], draw=False)
       board.add(rec)
       records[s].append(rec)
+    if not fits:
+      continue
     prev: list[int | None] = [None, None]
-    for _ in range(p.contour_length if fits else 0):
+    for _ in range(p.contour_length):
       for s in (0, 1):
         placed = board.grow(rng, pivots[s], records[s], prev[s], records[s][-1])
         if placed is None:

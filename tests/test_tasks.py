@@ -185,3 +185,35 @@ def test_image_from_raw_cifar_splits_and_black_pixels(tmp_path):
   _train(config, tmp_path / "run")
   config.data.black_is_padding = True  # the original's accidental mask
   assert tasks.load(config).padding
+
+
+# ------------------------------------------------------------ Pathfinder / Path-X (generated)
+
+
+def test_generated_pathfinder_trains(tmp_path):
+  data.main(["pathfinder", f"--data_dir={tmp_path / 'pf'}", "--num_images=40", "--workers=1"])
+  from configs import pathfinder as pathfinder_config
+  config = _tiny(pathfinder_config.get_config("transformer,cpu"))
+  config.data.data_dir, config.data.generate_if_missing = str(tmp_path / "pf"), False
+  task = tasks.load(config)
+  assert [len(task.splits[s]["labels"]) for s in tasks.SPLITS] == [32, 4, 4]
+  assert task.max_len == 1024 and not task.padding
+  assert _train(config, tmp_path / "run")["test_count"] == 4
+
+
+def test_missing_pathfinder_gives_the_command(tmp_path):
+  from configs import pathx
+  config = pathx.get_config("transformer")
+  config.data.data_dir, config.data.generate_if_missing = str(tmp_path), False
+  with pytest.raises(UserError, match="python -m lra.data pathfinder .*--size=128"):
+    tasks.load(config)
+
+
+@pytest.mark.slow
+def test_pathx_cpu_config_generates_and_trains(tmp_path):
+  """The CPU smoke config end to end: 16,384 tokens of full attention, batch 1."""
+  from configs import pathx
+  config = pathx.get_config("transformer,cpu")
+  config.data.data_dir, config.progress = str(tmp_path / "px"), False
+  results = _train(config, tmp_path / "run")
+  assert results["test_count"] == 4 and results["num_train_steps"] == 3

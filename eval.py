@@ -1,0 +1,120 @@
+"""The accuracy, speed and memory tables, and the charts.
+
+  python eval.py accuracy runs/ [--speed=eval_out/speed.json] [--out=eval_out]
+  python eval.py speed [--models=transformer] [--lengths=1024,2048,3072,4096] [--batch=32]
+                       [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
+
+`accuracy` reads the results.json of finished runs (a folder of many runs will do) and writes
+accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json). `speed` measures the real
+train step of every model at every length, each in a fresh process, and writes
+speed.{md,csv,json} and scaling.png.
+"""
+import argparse
+import json
+import os
+import sys
+
+from lra import benchmark, report
+
+TASK_NAMES = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+
+
+def _accuracy(args) -> None:
+  from lra import charts
+  warnings: list[str] = []
+  results = report.collect_results(args.runs, warnings)
+  for w in warnings:
+    print(f"warning: {w}", file=sys.stderr)
+  table = report.accuracy_table(results)
+  text = report.accuracy_markdown(table)
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "accuracy.md"), "w") as f:
+    f.write(text + "\n")
+  report.write_csv(os.path.join(args.out, "accuracy.csv"), report.accuracy_rows(table))
+  report.write_json(os.path.join(args.out, "accuracy.json"), table)
+  print(text)
+  if args.speed:
+    with open(args.speed) as f:
+      speed = json.load(f)
+    tables = report.speed_tables(speed["rows"])
+    if args.average in TASK_NAMES:  # a single task's accuracy, while the averages are missing
+      for row in table["rows"]:
+        row[args.average] = row["cells"][args.average]["ours"]
+    accuracy, steps, memory, length = report.bubble_inputs(table, tables, args.average)
+    path = os.path.join(args.out, "bubble.png")
+    charts.bubble_chart(path, accuracy, steps, memory,
+                        f"accuracy ({args.average}) vs speed at {length} tokens; "
+                        f"{speed['machine'].get('device_kind', '?')}")
+    print(f"wrote {path}")
+  print(f"wrote {args.out}/accuracy.{{md,csv,json}}")
+
+
+def _speed(args) -> None:
+  from lra import charts
+  from models import registry
+  models = args.models.split(",") if args.models else registry.names()
+  lengths = [int(x) for x in args.lengths.split(",")]
+  size = {k: getattr(args, k) for k in benchmark.TEXT_BASE_SIZE}
+  machine = benchmark.machine_in_fresh_process(args.dtype)
+  machine.update(batch=args.batch, model_size=size, dtype=args.dtype)
+  print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "
+        f"{machine['matmul_peak_flops_per_s'] / 1e9:.0f} GFLOP/s ({args.dtype})", flush=True)
+  rows = []
+  for model in models:
+    for length in lengths:
+      row = benchmark.run_in_fresh_process(model, length, args.batch, size, args.dtype,
+                                           args.repeats, args.timeout, tuple(args.imports))
+      row["matmul_peak_flops_per_s"] = machine["matmul_peak_flops_per_s"]
+      rows.append(row)
+      shown = (f"{row['steps_per_s']:.3f} steps/s" if row["status"] == "ok" else row["status"])
+      print(f"  {model} @ {length}: {shown}", flush=True)
+  os.makedirs(args.out, exist_ok=True)
+  report.write_json(os.path.join(args.out, "speed.json"), {"machine": machine, "rows": rows})
+  report.write_csv(os.path.join(args.out, "speed.csv"), rows)
+  text = report.speed_markdown(report.speed_tables(rows), machine)
+  with open(os.path.join(args.out, "speed.md"), "w") as f:
+    f.write(text + "\n")
+  charts.scaling_chart(os.path.join(args.out, "scaling.png"), rows,
+                       f"Train step vs length ({machine['device_kind']}, batch {args.batch})")
+  print(text)
+  print(f"wrote {args.out}/speed.{{md,csv,json}} and {args.out}/scaling.png")
+
+
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python eval.py", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = p.add_subparsers(dest="command", required=True)
+  a = sub.add_parser("accuracy", help="the accuracy table of finished runs")
+  a.add_argument("runs", nargs="+", help="run directories, or folders holding them")
+  a.add_argument("--out", default="eval_out")
+  a.add_argument("--speed", help="a speed.json, for the accuracy-speed-memory bubble chart")
+  a.add_argument("--average", default="avg5",
+                 help="the chart's accuracy: avg5, avg6, or one task's name")
+  a.set_defaults(run=_accuracy)
+  s = sub.add_parser("speed", help="steps/s and memory of the train step against length")
+  s.add_argument("--models", default="", help="comma separated; default every registered model")
+  s.add_argument("--lengths", default="1024,2048,3072,4096")
+  s.add_argument("--batch", type=int, default=32)
+  for key, value in benchmark.TEXT_BASE_SIZE.items():
+    s.add_argument(f"--{key}", type=int, default=value)
+  s.add_argument("--dtype", default="float32", help="compute dtype, e.g. bfloat16 on a GPU")
+  s.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is kept")
+  s.add_argument("--timeout", type=float, default=1800, help="seconds per (model, length)")
+  s.add_argument("--import", dest="imports", action="append", default=[],
+                 help="a module to import in each measuring process (registers a new mixer)")
+  s.add_argument("--out", default="eval_out")
+  s.set_defaults(run=_speed)
+  return p
+
+
+def main(argv=None) -> None:
+  args = parser().parse_args(argv)
+  try:
+    args.run(args)
+  except (OSError, ValueError, RuntimeError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  main()

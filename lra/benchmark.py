@@ -1,0 +1,179 @@
+"""Speed and memory of the real train step, one model and length per fresh process.
+
+The setup of the paper's Table 2: the Text task (random bytes), the Text base model by default,
+batch 32, lengths 1K-4K. `eval.py speed` drives it; `python -m lra.benchmark --one ...` is the
+child process that measures one (model, length) and prints one JSON line.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+# The Text base model of the original repository (configs/text.py).
+TEXT_BASE_SIZE = dict(emb_dim=256, qkv_dim=256, mlp_dim=1024, num_heads=4, num_layers=4)
+OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM")
+
+
+def matmul_peak_flops(dtype: str = "float32", seconds: float = 1.0) -> float:
+  """The best FLOP/s of a plain square matmul on the default device (the roofline to compare)."""
+  import jax
+  import jax.numpy as jnp
+  best = 0.0
+  for n in (512, 1024, 2048):
+    a = jnp.ones((n, n), dtype)
+    f = jax.jit(lambda x, y: x @ y)
+    f(a, a).block_until_ready()
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds / 3:
+      f(a, a).block_until_ready()
+      count += 1
+    best = max(best, 2 * n ** 3 * count / (time.perf_counter() - start))
+  return best
+
+
+def _config(model: str, length: int, batch: int, size: dict[str, int], dtype: str):
+  from configs import text
+  c = text.get_config(model)
+  c.data.max_len = length
+  c.batch_size = c.eval_batch_size = batch
+  c.model.dtype = dtype
+  for key, value in size.items():
+    c.model[key] = value
+  return c
+
+
+def measure(model: str, length: int, batch: int, size: dict[str, int], dtype: str = "float32",
+            repeats: int = 5, steps_per_repeat: int = 3) -> dict[str, Any]:
+  """Compiles and times the real train step (forward, backward, AdamW update) in this process."""
+  import jax
+  import numpy as np
+  from lra import tasks, trainer
+  row: dict[str, Any] = {"model": model, "length": length, "batch": batch, "status": "ok"}
+  config = _config(model, length, batch, size, dtype)
+  rng = np.random.default_rng(0)
+  split = {"inputs": rng.integers(1, 257, size=(batch, length)).astype(np.int32),
+           "labels": rng.integers(0, 2, size=batch).astype(np.int32)}
+  task = tasks.Task("text", 2, 257, length, False, {s: split for s in tasks.SPLITS})
+  model_def = trainer.build_model(config, task)
+  mesh = trainer.make_mesh()
+  train_step, _, sharding = trainer.make_steps(model_def, False, mesh)
+  state = trainer.create_state(model_def, task, config, mesh)
+  batch_arrays = trainer.to_global(dict(split), sharding)
+  key = jax.random.PRNGKey(0)
+  compiled = train_step.lower(state, batch_arrays, key).compile()
+  memory = compiled.memory_analysis()
+  if memory is not None:
+    row["compiled_memory_bytes"] = int(memory.argument_size_in_bytes +
+                                       memory.output_size_in_bytes +
+                                       memory.temp_size_in_bytes - memory.alias_size_in_bytes)
+    row["compiled_temp_bytes"] = int(memory.temp_size_in_bytes)
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  row["flops_per_step"] = float(cost.get("flops", 0.0)) if cost else None
+  state, metrics = compiled(state, batch_arrays, key)  # warm-up
+  jax.block_until_ready(metrics)
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    for _ in range(steps_per_repeat):
+      state, metrics = compiled(state, batch_arrays, key)
+    jax.block_until_ready((state, metrics))
+    times.append((time.perf_counter() - start) / steps_per_repeat)
+  row["step_time_s"] = float(np.median(times))
+  row["steps_per_s"] = 1.0 / row["step_time_s"]
+  if row["flops_per_step"]:
+    row["achieved_flops_per_s"] = row["flops_per_step"] / row["step_time_s"]
+  stats = jax.devices()[0].memory_stats()  # None on CPU
+  row["peak_memory_bytes"] = int(stats["peak_bytes_in_use"]) if stats and \
+      "peak_bytes_in_use" in stats else None
+  return row
+
+
+def _failure(model: str, length: int, batch: int, message: str) -> dict[str, Any]:
+  oom = any(m in message for m in OOM_MARKERS)
+  first = (message.strip().splitlines() or ["failed"])[-1][:300]
+  return {"model": model, "length": length, "batch": batch,
+          "status": "OOM" if oom else f"error: {first}"}
+
+
+def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, int],
+                         dtype: str, repeats: int, timeout_s: float,
+                         imports: tuple[str, ...] = ()) -> dict[str, Any]:
+  """One (model, length) per process, so no model's peak memory counts for another."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  command = [sys.executable, "-m", "lra.benchmark", "--one", "--model", model,
+             "--length", str(length), "--batch", str(batch), "--dtype", dtype,
+             "--repeats", str(repeats), "--size", json.dumps(size)]
+  command += [f"--import={module}" for module in imports]
+  env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+  try:
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,
+                          cwd=root)
+  except subprocess.TimeoutExpired:
+    return _failure(model, length, batch, f"timed out after {timeout_s:.0f} s")
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+  if proc.returncode == 0 and lines:
+    return json.loads(lines[-1])
+  if proc.returncode in (-9, 137):  # killed, on a CPU host most likely by the OOM killer
+    return _failure(model, length, batch, "OOM (process killed)")
+  return _failure(model, length, batch, proc.stderr or f"exit code {proc.returncode}")
+
+
+def machine_in_fresh_process(dtype: str, timeout_s: float = 600) -> dict[str, Any]:
+  """The device description and matmul peak, measured in a child (the parent holds no device)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, "-m", "lra.benchmark", "--machine", "--dtype", dtype],
+                        capture_output=True, text=True, timeout=timeout_s, cwd=root)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+  if proc.returncode != 0 or not lines:
+    raise RuntimeError(f"could not describe the machine: {proc.stderr.strip()[-500:]}")
+  return json.loads(lines[-1])
+
+
+def describe_machine() -> dict[str, Any]:
+  import jax
+  device = jax.devices()[0]
+  return {"platform": device.platform, "device_kind": device.device_kind,
+          "device_count": jax.device_count(), "jax_version": jax.__version__,
+          "cpu_count": os.cpu_count()}
+
+
+def main(argv=None) -> None:
+  p = argparse.ArgumentParser(description="measure one (model, length); prints one JSON line")
+  p.add_argument("--one", action="store_true", help="measure one (model, length)")
+  p.add_argument("--machine", action="store_true",
+                 help="describe the machine and measure its matmul peak instead")
+  p.add_argument("--model")
+  p.add_argument("--length", type=int)
+  p.add_argument("--batch", type=int)
+  p.add_argument("--dtype", default="float32")
+  p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--size", default=json.dumps(TEXT_BASE_SIZE))
+  p.add_argument("--import", dest="imports", action="append", default=[],
+                 help="a module to import first (one that registers a new mixer)")
+  args = p.parse_args(argv)
+  if args.machine:
+    machine = describe_machine()
+    machine["matmul_peak_flops_per_s"] = matmul_peak_flops(args.dtype)
+    print(json.dumps(machine), flush=True)
+    return
+  if not (args.one and args.model and args.length and args.batch):
+    p.error("--one needs --model, --length and --batch")
+  try:
+    for module in args.imports:
+      importlib.import_module(module)
+    row = measure(args.model, args.length, args.batch, json.loads(args.size), args.dtype,
+                  args.repeats)
+  except Exception as e:  # reported as a table cell, never a crash of the whole table
+    row = _failure(args.model, args.length, args.batch, f"{type(e).__name__}: {e}")
+  print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,212 @@
+"""PNG charts for eval.py: the paper's Figure 3 bubble chart and speed/memory scaling.
+
+matplotlib is imported inside the functions (Agg backend) so importing this module costs
+nothing and works on machines without a display.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from lra import report
+
+_MARKERS = "osD^vP*Xhp<>"
+
+
+def _pyplot() -> Any:
+  import matplotlib
+  matplotlib.use("Agg")  # files only; never needs a display
+  import matplotlib.pyplot as plt
+  return plt
+
+
+def _style(models: list[str]) -> dict[str, tuple[Any, str]]:
+  """A fixed (colour, marker) per model, so a model looks the same in every chart."""
+  import matplotlib
+  cmap = matplotlib.colormaps["tab20"]
+  known = list(report.PAPER_MODELS) + sorted(set(models) - set(report.PAPER_MODELS))
+  # Even tab20 slots first: the darker, more distinct half of the palette.
+  slots = list(range(0, 20, 2)) + list(range(1, 20, 2))
+  return {m: (cmap(slots[known.index(m) % 20]), _MARKERS[known.index(m) % len(_MARKERS)])
+          for m in models}
+
+
+def _save(fig: Any, path: str) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  fig.savefig(path, dpi=120, bbox_inches="tight")
+  _pyplot().close(fig)
+
+
+def _spread_labels(fig: Any, ax: Any, models: list[str], xs: dict[str, float],
+                   ys: dict[str, float], radii: dict[str, float], labels: dict[str, str]
+                   ) -> dict[str, tuple[float, float]]:
+  """Offsets (points) that put each label right of its bubble without overlapping another.
+
+  Greedy, top to bottom: a label that would collide with one already placed moves down.
+  """
+  to_points = 72.0 / fig.dpi
+  line_h, char_w = 10.0, 4.9  # fontsize 8, approximately
+  placed: list[tuple[float, float, float, float]] = []  # x0, x1, y_centre, height
+  shifts = {}
+  anchors = {m: ax.transData.transform((xs[m], ys[m])) * to_points for m in models}
+  for m in sorted(models, key=lambda m: -anchors[m][1]):
+    ax_pt, ay_pt = anchors[m]
+    text_lines = labels[m].split("\n")
+    width = char_w * max(len(t) for t in text_lines)
+    height = line_h * len(text_lines) + 2
+    x0 = ax_pt + radii[m] + 3
+    y = ay_pt
+    for _ in range(len(placed) + 1):
+      clash = [p for p in placed if p[0] < x0 + width and x0 < p[1]
+               and abs(p[2] - y) < (p[3] + height) / 2]
+      if not clash:
+        break
+      y = min(p[2] - (p[3] + height) / 2 for p in clash) - 1
+    placed.append((x0, x0 + width, y, height))
+    shifts[m] = (radii[m] + 3, y - ay_pt)
+  return shifts
+
+
+def bubble_chart(path: str, accuracy_by_model: dict[str, float],
+                 speed_by_model: dict[str, float], memory_by_model: dict[str, float],
+                 title: str, xlabel: str = "speed (training steps/s)",
+                 ylabel: str = "average accuracy (%)") -> None:
+  """Accuracy against speed, bubble area proportional to memory (the paper's Figure 3).
+
+  Models missing any of the three figures are left out and named in a note on the figure.
+  """
+  plt = _pyplot()
+  everyone = report.model_order(set(accuracy_by_model) | set(speed_by_model)
+                                | set(memory_by_model))
+  shown, left_out = [], []
+  for m in everyone:
+    missing = [name for name, d in (("accuracy", accuracy_by_model),
+                                    ("speed", speed_by_model), ("memory", memory_by_model))
+               if d.get(m) is None or not math.isfinite(d[m])]
+    if missing:
+      left_out.append(f"{report.MODEL_TITLES.get(m, m)} (no {', '.join(missing)})")
+    else:
+      shown.append(m)
+
+  fig, ax = plt.subplots(figsize=(8, 6))
+  style = _style(everyone)
+  biggest = max((memory_by_model[m] for m in shown), default=0.0)
+  max_area = 2500.0  # points^2 for the largest memory; area, not radius, scales with memory
+
+  def area(gb: float) -> float:
+    return max_area * gb / biggest if biggest > 0 else 100.0
+
+  if shown:
+    xs = [speed_by_model[m] for m in shown]
+    ys = [accuracy_by_model[m] for m in shown]
+    # Room for the bubbles and the labels to their right.
+    xpad = max(max(xs) - min(xs), 0.1 * max(abs(max(xs)), 1e-9)) * 0.25
+    ypad = max(max(ys) - min(ys), 2.0) * 0.2
+    ax.set_xlim(min(xs) - xpad, max(xs) + 2 * xpad)
+    ax.set_ylim(min(ys) - ypad, max(ys) + ypad)
+  else:
+    ax.text(0.5, 0.5, "no model has accuracy, speed and memory", ha="center",
+            va="center", transform=ax.transAxes)
+  for m in shown:
+    ax.scatter([speed_by_model[m]], [accuracy_by_model[m]], s=area(memory_by_model[m]),
+               color=style[m][0], alpha=0.55, edgecolors="black", linewidths=0.8,
+               clip_on=False, zorder=2)
+  labels = {m: f"{report.MODEL_TITLES.get(m, m)}\n{memory_by_model[m]:.2g} GB" for m in shown}
+  shifts = _spread_labels(fig, ax, shown, speed_by_model, accuracy_by_model,
+                          {m: math.sqrt(area(memory_by_model[m]) / math.pi) for m in shown},
+                          labels)
+  for m in shown:
+    dx, dy = shifts[m]
+    ax.annotate(labels[m], (speed_by_model[m], accuracy_by_model[m]), xytext=(dx, dy),
+                textcoords="offset points", va="center", fontsize=8, zorder=3,
+                arrowprops=(dict(arrowstyle="-", color="grey", linewidth=0.6)
+                            if abs(dy) > 4 else None))
+  ax.text(0.99, 0.01, "bubble area \u221d memory", transform=ax.transAxes, ha="right",
+          va="bottom", fontsize=8, color="dimgrey")
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(ylabel)
+  ax.set_title(title)
+  ax.grid(True, alpha=0.3, zorder=0)
+  if left_out:
+    fig.text(0.01, -0.02, "Left out: " + "; ".join(left_out), fontsize=7, ha="left",
+             va="top", wrap=True)
+  _save(fig, path)
+
+
+def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs length"
+                  ) -> None:
+  """Log-log step time and memory against sequence length, one line per model.
+
+  OOM and failed points are left out of the lines; the legend says where a model stopped.
+  """
+  plt = _pyplot()
+  tables = report.speed_tables(rows)
+  lengths, models = tables["lengths"], tables["models"]
+  style = _style(models)
+  fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(13, 5.5))
+  for m in models:
+    times, mems = [], []
+    failed = []
+    for n in lengths:
+      s, mem = tables["speed"][m].get(n), tables["memory"][m].get(n)
+      if s is None:
+        continue
+      if s["status"] != "ok":
+        failed.append(f"{s['status']} at {n}")
+        continue
+      t = s["step_time_s"]
+      if t is None and s["steps_per_s"]:
+        t = 1.0 / s["steps_per_s"]
+      if t is not None:
+        times.append((n, t))
+      if mem["gb"] is not None:
+        mems.append((n, mem["gb"]))
+    label = report.MODEL_TITLES.get(m, m) + (f" ({', '.join(failed)})" if failed else "")
+    color, marker = style[m]
+    for ax, points in ((ax_t, times), (ax_m, mems)):
+      if points:
+        ax.plot(*zip(*points), marker=marker, color=color, label=label, linewidth=1.5,
+                markersize=6)
+  measures = tables["memory_measures"]
+  measure = {("peak",): "device peak", ("compiled",): "XLA compiled analysis"}.get(
+      tuple(measures), "peak where reported, else XLA compiled analysis")
+  from matplotlib.ticker import FuncFormatter
+  plain = FuncFormatter(lambda v, _: f"{v:g}")  # 0.5 rather than 5x10^-1
+
+  def minor_formatter(ax: Any) -> Any:
+    # Label 2x and 5x ticks only while the axis spans few decades, where they are needed.
+    def label(v: float, _: Any) -> str:
+      lo, hi = ax.get_ylim()
+      if lo <= 0 or math.log10(hi / lo) > 2:
+        return ""
+      lead = round(v / 10 ** math.floor(math.log10(v) + 1e-9), 6)
+      return f"{v:g}" if lead in (2.0, 5.0) else ""
+    return FuncFormatter(label)
+  for ax, ylabel in ((ax_t, "step time (s)"), (ax_m, "memory per device (GB)")):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(minor_formatter(ax))
+    if lengths:
+      ax.set_xticks(lengths)
+      ax.set_xticklabels([str(n) for n in lengths])
+      ax.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+  ax_t.set_title("training step time")
+  ax_m.set_title(f"memory ({measure})")
+  handles, labels = ax_t.get_legend_handles_labels()
+  seen = set(labels)
+  for h, lab in zip(*ax_m.get_legend_handles_labels()):
+    if lab not in seen:  # a model with memory but no timing still gets a legend entry
+      handles.append(h)
+      labels.append(lab)
+  if handles:
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+  else:
+    ax_t.text(0.5, 0.5, "no successful measurement", ha="center", transform=ax_t.transAxes)
+  fig.suptitle(title)
+  fig.tight_layout()
+  _save(fig, path)
