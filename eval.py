@@ -42,9 +42,11 @@ def _accuracy(args) -> None:
         row[args.average] = row["cells"][args.average]["ours"]
     accuracy, steps, memory, length = report.bubble_inputs(table, tables, args.average)
     path = os.path.join(args.out, "bubble.png")
+    what = f"{args.average} test" if args.average in TASK_NAMES else "average"
     charts.bubble_chart(path, accuracy, steps, memory,
                         f"accuracy ({args.average}) vs speed at {length} tokens; "
-                        f"{speed['machine'].get('device_kind', '?')}")
+                        f"{speed['machine'].get('device_kind', '?')}",
+                        ylabel=f"{what} accuracy (%)")
     print(f"wrote {path}")
   print(f"wrote {args.out}/accuracy.{{md,csv,json}}")
 

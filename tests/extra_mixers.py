@@ -1,0 +1,30 @@
+"""Mixers registered only for the eval.py tests (imported with `eval.py speed --import`)."""
+import flax.linen as nn
+
+from models import registry
+
+
+@registry.register("test_identity")
+class TokenwiseDense(nn.Module):
+  """No token mixing at all: a cheap second model for the tables."""
+  num_heads: int
+  qkv_dim: int
+  dropout_rate: float = 0.0
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    return nn.Dense(x_BxLxD.shape[-1], dtype=self.dtype)(x_BxLxD)
+
+
+@registry.register("test_oom")
+class RunsOutOfMemory(nn.Module):
+  """Fails the way XLA does when a device runs out of memory."""
+  num_heads: int
+  qkv_dim: int
+  dropout_rate: float = 0.0
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 9.9GiB")

@@ -1,0 +1,59 @@
+"""eval.py end to end: the speed run (two models, two tiny lengths, failures reported) and the
+accuracy table with its bubble chart."""
+import json
+import os
+import subprocess
+import sys
+
+from PIL import Image
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _eval(*args):
+  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+  return subprocess.run([sys.executable, "eval.py", *args], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=600)
+
+
+def test_speed_then_accuracy_tables_and_charts(tmp_path):
+  out = tmp_path / "out"
+  proc = _eval("speed", "--models=transformer,test_identity,test_oom,no_such_model",
+               "--lengths=16,32", "--batch=2", "--emb_dim=16", "--qkv_dim=16",
+               "--mlp_dim=32", "--num_heads=2", "--num_layers=1", "--repeats=2",
+               "--import=tests.extra_mixers", f"--out={out}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  speed = json.loads((out / "speed.json").read_text())
+  status = {(r["model"], r["length"]): r["status"] for r in speed["rows"]}
+  assert len(status) == 8
+  assert all(status[(m, l)] == "ok" for m in ("transformer", "test_identity") for l in (16, 32))
+  assert status[("test_oom", 16)] == "OOM"
+  assert status[("no_such_model", 32)].startswith("error: ") and "valid models" in \
+      status[("no_such_model", 32)]
+  ok = [r for r in speed["rows"] if r["status"] == "ok"]
+  for r in ok:
+    assert r["steps_per_s"] > 0 and r["compiled_memory_bytes"] > 0 and r["flops_per_step"] > 0
+  # Full attention's memory grows with the length (the scores alone grow with its square).
+  mem = {r["length"]: r["compiled_memory_bytes"] for r in ok if r["model"] == "transformer"}
+  assert mem[32] > mem[16]
+  table = (out / "speed.md").read_text()
+  assert "OOM" in table and "error" in table and "x)" in table
+  assert speed["machine"]["matmul_peak_flops_per_s"] > 0
+  assert Image.open(out / "scaling.png").size[0] > 400
+
+  run = tmp_path / "runs" / "listops_transformer"
+  run.mkdir(parents=True)
+  (run / "results.json").write_text(json.dumps({
+      "task": "listops", "model": "transformer", "test_accuracy": 0.40, "test_loss": 1.5,
+      "test_count": 2000, "best_step": 100, "best_val_accuracy": 0.41,
+      "last_step_test_accuracy": 0.39, "test_majority_rate": 0.12, "num_train_steps": 100,
+      "train_time_s": 10.0, "hardware": {"platform": "cpu", "device_kind": "cpu",
+                                         "device_count": 1, "process_count": 1,
+                                         "jax_version": "0.10.2"},
+      "config": {"task": "listops", "model": {"name": "transformer"}}}))
+  proc = _eval("accuracy", str(tmp_path / "runs"), f"--speed={out / 'speed.json'}",
+               "--average=listops", f"--out={out}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "40.0 (36.4, +3.6)" in proc.stdout
+  assert json.loads((out / "accuracy.json").read_text())["rows"]
+  assert Image.open(out / "bubble.png").size[0] > 400
