@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from models import registry
+
 OPTIONS = ("cpu", "paper")
 
 
@@ -29,7 +31,9 @@ def base_config(model: str) -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   c.model.name = model           # the token mixer (models.registry), e.g. "transformer"
-  c.model.attention = ml_collections.ConfigDict()  # settings passed straight to the mixer
+  # The mixer's own settings, passed straight to it; starts from its defaults, so every one of
+  # them can be overridden (--config.model.attention.NAME=...) and no other key exists.
+  c.model.attention = ml_collections.ConfigDict(registry.default_settings(model))
   c.model.emb_dim = 512          # token embedding width
   c.model.num_heads = 8          # attention heads
   c.model.qkv_dim = 512          # total width of queries, keys and values (all heads)

@@ -41,6 +41,12 @@ class OutputProjection(nn.Module):
                            name="out")(y_BxLxHxK)
 
 
+def dropout_weights(rng, weights, rate: float):
+  """Inverted dropout on attention weights (shared by every softmax mixer)."""
+  keep = jax.random.bernoulli(rng, 1.0 - rate, weights.shape)
+  return jnp.where(keep, weights / (1.0 - rate), 0.0)
+
+
 def softmax_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
                       dropout_rng=None, dropout_rate: float = 0.0):
   """Scaled dot-product attention; logits and softmax in float32, padded keys get 0."""
@@ -50,8 +56,7 @@ def softmax_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
   logits_BxHxLxM = jnp.where(key_mask_BxM[:, None, None, :], logits_BxHxLxM, MASK_VALUE)
   weights_BxHxLxM = jax.nn.softmax(logits_BxHxLxM, axis=-1)
   if dropout_rng is not None and dropout_rate > 0.0:
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights_BxHxLxM.shape)
-    weights_BxHxLxM = jnp.where(keep, weights_BxHxLxM / (1.0 - dropout_rate), 0.0)
+    weights_BxHxLxM = dropout_weights(dropout_rng, weights_BxHxLxM, dropout_rate)
   weights_BxHxLxM = weights_BxHxLxM.astype(v_BxMxHxK.dtype)
   return jnp.einsum("bhlm,bmhk->blhk", weights_BxHxLxM, v_BxMxHxK)
 

@@ -40,6 +40,7 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
   """Pre-LayerNorm residual block: x + mixer(LN(x)), then x + MLP(LN(x))."""
+  layer_index: int
   mixer: str
   mixer_settings: Any
   num_heads: int
@@ -53,7 +54,7 @@ class Block(nn.Module):
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     mixer = registry.make(self.mixer, dict(self.mixer_settings), num_heads=self.num_heads,
                           qkv_dim=self.qkv_dim, dropout_rate=self.attention_dropout_rate,
-                          dtype=self.dtype, name="mixer")
+                          dtype=self.dtype, layer_index=self.layer_index, name="mixer")
     drop = nn.Dropout(self.dropout_rate)
     y = mixer(nn.LayerNorm(dtype=self.dtype)(x_BxLxD), mask_BxL, deterministic=deterministic)
     x_BxLxD = x_BxLxD + drop(y, deterministic=deterministic)
@@ -108,7 +109,7 @@ class Encoder(nn.Module):
     x_BxLxD = (x_BxLxD + pos_LxD[None]).astype(self.dtype)
     x_BxLxD = nn.Dropout(self.dropout_rate)(x_BxLxD, deterministic=deterministic)
     for i in range(self.num_layers):
-      x_BxLxD = Block(self.mixer, self.mixer_settings or {}, self.num_heads, self.qkv_dim,
+      x_BxLxD = Block(i, self.mixer, self.mixer_settings or {}, self.num_heads, self.qkv_dim,
                       self.mlp_dim, self.dropout_rate, self.attention_dropout_rate,
                       self.dtype, name=f"block_{i}")(x_BxLxD, mask_BxL,
                                                      deterministic=deterministic)

@@ -33,8 +33,8 @@ def names() -> list[str]:
   return sorted(_MIXERS)
 
 
-# Fields every mixer receives from the encoder; the user sets the others.
-ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype")
+# Fields the encoder fills in (a mixer declares the ones it needs); the user sets the others.
+ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index")
 
 
 def user_settings(name: str) -> list[str]:
@@ -42,6 +42,13 @@ def user_settings(name: str) -> list[str]:
   cls = get(name)
   skip = set(ENCODER_FIELDS) | {"parent", "name"}
   return [f.name for f in dataclasses.fields(cls) if f.init and f.name not in skip]
+
+
+def default_settings(name: str) -> dict[str, Any]:
+  """The user settings of mixer `name` with their defaults (what a config starts from)."""
+  fields = {f.name: f for f in dataclasses.fields(get(name))}
+  return {k: fields[k].default for k in user_settings(name)
+          if fields[k].default is not dataclasses.MISSING}
 
 
 def get(name: str) -> type[nn.Module]:
@@ -63,4 +70,6 @@ def make(mixer: str, settings: dict[str, Any], **encoder_fields: Any) -> nn.Modu
     raise UnknownSettingError(
         f"model {mixer!r} does not take setting(s) {', '.join(unknown)} in "
         f"config.model.attention; it takes: {', '.join(valid) or 'no settings'}")
-  return cls(**encoder_fields, **settings)
+  declared = {f.name for f in dataclasses.fields(cls)}
+  given = {k: v for k, v in encoder_fields.items() if k in declared or k == "name"}
+  return cls(**given, **settings)
