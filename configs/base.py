@@ -75,3 +75,10 @@ def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int, emb: int = 6
   c.warmup_steps = max(steps // 10, 1)
   c.log_every = max(steps // 20, 1)
   c.eval_every = c.checkpoint_every = max(steps // 4, 1)
+
+
+def finish(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Mixer settings that depend on the final model size (called last by the task configs)."""
+  if c.model.name == "sparse_transformer" and c.model.num_heads == 1:
+    c.model.attention.combine = "merged"  # one head cannot hold two patterns
+  return c

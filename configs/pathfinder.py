@@ -33,6 +33,8 @@ def pathfinder_config(model: str, options: set, size: int) -> base.ml_collection
   if model == "transformer":
     m.num_layers, m.num_heads = 4, 4
   m.pooling, m.use_cls = "MEAN", False
+  if model == "local":
+    c.model.attention.block_size = 64  # the LRA setting for the image tasks (50 elsewhere)
   c.batch_size = c.eval_batch_size = 512
   c.schedule, c.learning_rate, c.warmup_steps, c.num_train_steps = "cosine", 1e-3, 312, 62400
   c.weight_decay = 0.0
@@ -49,4 +51,4 @@ def get_config(arg=None):
   if "cpu" in options:
     c.data.data_dir, c.data.num_images = "data/pathfinder32_cpu", 2000
     base.shrink(c, steps=60, batch=8, emb=32, heads=2, layers=1)
-  return c
+  return base.finish(c)

@@ -116,7 +116,12 @@ def create_state(model, task: tasks.Task, config, mesh: Mesh):
     return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
 
   rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 0)
-  return jax.jit(init, out_shardings=NamedSharding(mesh, P()))(rng)
+  try:
+    return jax.jit(init, out_shardings=NamedSharding(mesh, P()))(rng)
+  except (ValueError, TypeError) as e:  # a setting that does not fit this task or size
+    message = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise UserError(f"model {config.model.name!r} cannot be built for task {config.task!r}: "
+                    f"{message}") from None
 
 
 def evaluate(eval_step, state, split, batch_size: int, sharding,

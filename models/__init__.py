@@ -1,5 +1,10 @@
 """Flax models: the shared encoder and one file per token mixer, behind one registry."""
-from models import attention  # noqa: F401  (registers "transformer")
+# Each import registers its mixer by name.
+from models import attention  # noqa: F401  "transformer"
+from models import bigbird  # noqa: F401  "bigbird"
+from models import local  # noqa: F401  "local"
+from models import longformer  # noqa: F401  "longformer"
+from models import sparse_transformer  # noqa: F401  "sparse_transformer"
 from models import registry
 from models.encoder import Classifier, DualClassifier, Encoder, build
 

@@ -1,0 +1,70 @@
+"""Local attention: each token attends only to the tokens of its own contiguous block.
+
+The sequence is cut into non-overlapping blocks of `block_size` consecutive positions; with
+`overlap` a block also sees its previous and next block. Computed block by block (gathers of
+key blocks, never an L x L matrix or mask). The original LRA code grouped strided positions
+(i, i + L/b, ...) into a "block"; here blocks are contiguous, as the method describes.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from models import registry
+from models.attention import OutputProjection, QKVProjection
+from models.blocked import attend, gather_blocks, pad_to_blocks, to_blocks
+
+
+@registry.register("local")
+class LocalAttention(nn.Module):
+  """Softmax attention within contiguous blocks (optionally plus the neighbouring blocks)."""
+  num_heads: int
+  qkv_dim: int
+  dropout_rate: float = 0.0  # attention-weight dropout
+  dtype: str = "float32"
+  block_size: int = 50  # LRA's setting; the image tasks use 64
+  overlap: bool = False  # also attend to the previous and the next block
+
+  def __post_init__(self):
+    # Checked at construction, so models.build rejects a bad config before compiling.
+    if not isinstance(self.block_size, (int, np.integer)) or self.block_size < 1:
+      raise ValueError(f"local attention needs block_size >= 1, got {self.block_size!r}")
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
+                                                    self.dtype)(x_BxLxD)
+    length = x_BxLxD.shape[1]
+    # A block longer than the input is one block of the input's length: same pattern, no
+    # padding work.
+    block = min(int(self.block_size), length)
+
+    q_BxPxHxK, _ = pad_to_blocks(q_BxLxHxK, block)
+    k_BxPxHxK, _ = pad_to_blocks(k_BxLxHxK, block)
+    v_BxPxHxK, _ = pad_to_blocks(v_BxLxHxK, block)
+    # The positions added to fill the last block are padding: False, so they get no weight.
+    keep_BxP, _ = pad_to_blocks(mask_BxL.astype(bool), block, value=False)
+    num_blocks = q_BxPxHxK.shape[1] // block
+
+    # Key blocks of every query block: itself, or (previous, itself, next) with overlap.
+    offsets_R = np.array([-1, 0, 1] if self.overlap else [0])
+    index_NxR = np.arange(num_blocks)[:, None] + offsets_R[None, :]
+    # Neighbours past either end do not exist: point them at a real block (a safe gather)
+    # and drop their keys below, so no key is counted twice.
+    exists_NxR = (index_NxR >= 0) & (index_NxR < num_blocks)
+    index_NxR = np.clip(index_NxR, 0, num_blocks - 1)
+    exists_NxM = np.repeat(exists_NxR, block, axis=1)
+
+    q_BxNxQxHxK = to_blocks(q_BxPxHxK, block)
+    k_BxNxMxHxK = gather_blocks(to_blocks(k_BxPxHxK, block), index_NxR)
+    v_BxNxMxHxK = gather_blocks(to_blocks(v_BxPxHxK, block), index_NxR)
+    keep_BxNxM = gather_blocks(to_blocks(keep_BxP, block), index_NxR)
+    allowed_BxNx1xM = (keep_BxNxM & jnp.asarray(exists_NxM)[None])[:, :, None, :]
+
+    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    y_BxNxQxHxK = attend(q_BxNxQxHxK, k_BxNxMxHxK, v_BxNxMxHxK, allowed_BxNx1xM,
+                         dropout_rng=rng, dropout_rate=self.dropout_rate)
+    y_BxPxHxK = y_BxNxQxHxK.reshape(q_BxPxHxK.shape[0], -1, *y_BxNxQxHxK.shape[3:])
+    return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxPxHxK[:, :length])

@@ -1,0 +1,242 @@
+"""BigBird against a dense reference of the same pattern, and its pattern's properties."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+import models.bigbird  # noqa: F401  (registers "bigbird")
+from models import attention, bigbird
+
+
+def _padded_mask(rng, batch, length):
+  """Real tokens first; the first example is full length, the others random."""
+  lengths = np.concatenate([[length], rng.integers(1, length + 1, size=batch - 1)])
+  return np.arange(length)[None, :] < lengths[:, None]
+
+
+def _dense_pattern(pattern, num_blocks, block, length, num_extra):
+  """The block pattern as a dense (g+L)x(g+L) boolean mask, extra global tokens first."""
+  is_global_N = np.zeros(num_blocks, bool)
+  is_global_N[:pattern.num_front] = True
+  is_global_N[num_blocks - pattern.num_back:] = True
+  blocks_NxN = np.zeros((num_blocks, num_blocks), bool)
+  for n in range(num_blocks):
+    if is_global_N[n]:
+      blocks_NxN[n, :] = True
+    else:
+      blocks_NxN[n, pattern.index_NxR[n][pattern.valid_NxR[n]]] = True
+      blocks_NxN[n, is_global_N] = True
+  tokens_LxL = np.kron(blocks_NxN, np.ones((block, block), bool))[:length, :length]
+  dense = np.ones((num_extra + length, num_extra + length), bool)
+  dense[num_extra:, num_extra:] = tokens_LxL
+  return dense
+
+
+def _reference(params, x_BxLxD, mask_BxL, allowed_TxT):
+  """Plain masked softmax attention, head by head, with the module's own parameters."""
+  p = params["params"]
+  num_extra = 0
+  if "global_tokens" in p:
+    tokens = p["global_tokens"]
+    num_extra = tokens.shape[0]
+    x_BxLxD = jnp.concatenate(
+        [jnp.broadcast_to(tokens[None], (x_BxLxD.shape[0],) + tokens.shape), x_BxLxD], axis=1)
+    mask_BxL = jnp.concatenate([jnp.ones((mask_BxL.shape[0], num_extra), bool), mask_BxL], 1)
+  wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
+  wo, bo = p["OutputProjection_0"]["out"]["kernel"], p["OutputProjection_0"]["out"]["bias"]
+  allowed_BxTxT = jnp.asarray(allowed_TxT)[None] & mask_BxL[:, None, :]
+  out = 0.0
+  for h in range(wq.shape[1]):
+    q, k, v = x_BxLxD @ wq[:, h], x_BxLxD @ wk[:, h], x_BxLxD @ wv[:, h]
+    scores = q @ jnp.swapaxes(k, 1, 2) / np.sqrt(q.shape[-1])
+    scores = scores - jnp.max(jnp.where(allowed_BxTxT, scores, -jnp.inf), -1, keepdims=True)
+    e = jnp.exp(jnp.where(allowed_BxTxT, scores, -jnp.inf))
+    out = out + ((e / jnp.sum(e, -1, keepdims=True)) @ v) @ wo[h]
+  return (out + bo[None, None, :])[:, num_extra:]
+
+
+def _pattern_of(mixer, length):
+  num_blocks = -(-length // mixer.block_size)
+  etc = mixer.mode == "etc"
+  pattern = bigbird.block_pattern(
+      num_blocks, window_blocks=mixer.window_blocks, num_random_blocks=mixer.num_random_blocks,
+      num_global_blocks=0 if etc else mixer.num_global_blocks, seed=mixer.seed,
+      layer_index=mixer.layer_index)
+  return pattern, num_blocks, (mixer.num_extra_global if etc else 0)
+
+
+# (window, random, global blocks): the LRA shape scaled down at every length, and a thinner
+# one so that 13 tokens (4 blocks) are not covered completely in ITC.
+@pytest.mark.parametrize("length,mode,window,num_random,num_global", [
+    (length, mode, 3, 1, 2) for length in (13, 24, 32) for mode in ("itc", "etc")] + [
+    (13, "itc", 1, 1, 1), (32, "etc", 1, 2, 1)])
+def test_matches_dense_reference(mode, length, window, num_random, num_global):
+  rng = np.random.default_rng(length)
+  x = jnp.asarray(rng.normal(size=(3, length, 12)), jnp.float32)
+  mask = jnp.asarray(_padded_mask(rng, 3, length))
+  mixer = bigbird.BigBirdAttention(num_heads=3, qkv_dim=12, block_size=4, window_blocks=window,
+                                   num_random_blocks=num_random, num_global_blocks=num_global,
+                                   mode=mode, num_extra_global=3, layer_index=1, seed=5)
+  params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+  pattern, num_blocks, num_extra = _pattern_of(mixer, length)
+  allowed = _dense_pattern(pattern, num_blocks, 4, length, num_extra)
+  if not (length == 13 and mode == "itc" and window == 3):
+    assert not allowed.all()  # the pattern is really sparse here
+
+  weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+
+  @jax.jit
+  def out_and_grads(p, x):
+    """Outputs and the gradients (params, inputs) of a random projection of them, both sides."""
+    def losses(p, x):
+      out = mixer.apply(p, x, mask, deterministic=True)
+      ref = _reference(p, x, mask, allowed)
+      return jnp.sum(out * weights), (out, ref)
+    def ref_loss(p, x):
+      return jnp.sum(_reference(p, x, mask, allowed) * weights)
+    (_, (out, ref)), grads = jax.value_and_grad(losses, argnums=(0, 1), has_aux=True)(p, x)
+    return out, ref, grads, jax.grad(ref_loss, argnums=(0, 1))(p, x)
+
+  out, ref, grads, ref_grads = out_and_grads(params, x)
+  assert out.shape == x.shape
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+  assert jax.tree_util.tree_structure(grads) == jax.tree_util.tree_structure(ref_grads)
+  for g, r in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
+    np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("num_blocks,num_global", [(1, 2), (2, 2), (7, 2), (16, 1), (16, 4),
+                                                   (16, 0), (40, 2)])
+def test_pattern_has_no_duplicates_and_draws_from_the_rest(num_blocks, num_global):
+  window, num_random = 3, 3
+  pattern = bigbird.block_pattern(num_blocks, window_blocks=window, num_random_blocks=num_random,
+                                  num_global_blocks=num_global, seed=0, layer_index=0)
+  front, back = pattern.num_front, pattern.num_back
+  assert front + back == min(num_global, num_blocks) and front >= back
+  is_global = np.zeros(num_blocks, bool)
+  is_global[:front] = True
+  is_global[num_blocks - back:] = True
+  for n in range(num_blocks):
+    row = pattern.index_NxR[n][pattern.valid_NxR[n]]
+    if is_global[n]:
+      assert len(row) == 0
+      continue
+    assert len(set(row.tolist())) == len(row)  # nothing counted twice
+    assert not is_global[row].any()  # global blocks are added once, separately
+    window_set = {m for m in range(n - 1, n + 2) if 0 <= m < num_blocks and not is_global[m]}
+    assert window_set <= set(row.tolist())
+    others = num_blocks - is_global.sum() - len(window_set)
+    assert len(row) - len(window_set) == min(num_random, others)
+
+
+def test_random_pattern_is_fixed_per_layer_and_seed():
+  make = lambda seed, layer: bigbird.block_pattern(
+      32, window_blocks=3, num_random_blocks=3, num_global_blocks=2, seed=seed,
+      layer_index=layer).index_NxR
+  np.testing.assert_array_equal(make(0, 0), make(0, 0))
+  assert not np.array_equal(make(0, 0), make(0, 1))
+  assert not np.array_equal(make(0, 0), make(1, 0))
+
+  # The module uses it: the same layer gives the same output every call, another layer not.
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(2, 64, 8)), jnp.float32)
+  mask = jnp.ones((2, 64), bool)
+  layer0 = bigbird.BigBirdAttention(num_heads=2, qkv_dim=8, block_size=4)
+  layer1 = bigbird.BigBirdAttention(num_heads=2, qkv_dim=8, block_size=4, layer_index=1)
+  params = layer0.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+  out = layer0.apply(params, x, mask, deterministic=True)
+  np.testing.assert_array_equal(out, layer0.apply(params, x, mask, deterministic=True))
+  assert not np.allclose(out, layer1.apply(params, x, mask, deterministic=True))
+
+
+@pytest.mark.parametrize("length", [4, 9, 12])
+def test_equals_full_attention_when_the_pattern_covers_everything(length):
+  rng = np.random.default_rng(length)
+  x = jnp.asarray(rng.normal(size=(3, length, 12)), jnp.float32)
+  mask = jnp.asarray(_padded_mask(rng, 3, length))
+  mixer = bigbird.BigBirdAttention(num_heads=3, qkv_dim=12, block_size=4)
+  params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+  full = attention.FullAttention(num_heads=3, qkv_dim=12)
+  np.testing.assert_allclose(mixer.apply(params, x, mask, deterministic=True),
+                             full.apply(params, x, mask, deterministic=True),
+                             rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["itc", "etc"])
+def test_padded_positions_do_not_leak(mode):
+  rng = np.random.default_rng(1)
+  length = 22
+  x = rng.normal(size=(2, length, 8)).astype(np.float32)
+  mask = np.arange(length)[None, :] < np.array([[15], [9]])
+  mixer = bigbird.BigBirdAttention(num_heads=2, qkv_dim=8, block_size=4, num_random_blocks=1,
+                                   mode=mode, num_extra_global=2)
+  params = mixer.init(jax.random.PRNGKey(0), jnp.asarray(x), jnp.asarray(mask),
+                      deterministic=True)
+  out = mixer.apply(params, jnp.asarray(x), jnp.asarray(mask), deterministic=True)
+  noisy = np.where(mask[..., None], x, 100.0 * rng.normal(size=x.shape)).astype(np.float32)
+  out_noisy = mixer.apply(params, jnp.asarray(noisy), jnp.asarray(mask), deterministic=True)
+  np.testing.assert_allclose(np.where(mask[..., None], out_noisy, 0.0),
+                             np.where(mask[..., None], out, 0.0), rtol=1e-5, atol=1e-5)
+
+
+def _all_shapes(jaxpr):
+  """Shapes of every value computed in a jaxpr, nested calls included."""
+  for eqn in jaxpr.eqns:
+    yield from (v.aval.shape for v in eqn.outvars)
+    for param in eqn.params.values():
+      for sub in param if isinstance(param, (tuple, list)) else [param]:
+        if isinstance(sub, jax.extend.core.ClosedJaxpr):
+          yield from _all_shapes(sub.jaxpr)
+        elif isinstance(sub, jax.extend.core.Jaxpr):
+          yield from _all_shapes(sub)
+
+
+@pytest.mark.parametrize("mode", ["itc", "etc"])
+def test_no_length_squared_intermediate(mode):
+  length, block = 512, 8
+  x = jnp.zeros((1, length, 8), jnp.float32)
+  mask = jnp.ones((1, length), bool)
+  mixer = bigbird.BigBirdAttention(num_heads=2, qkv_dim=8, block_size=block, mode=mode,
+                                   num_extra_global=4)
+  params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+  grad = jax.grad(lambda p: jnp.sum(mixer.apply(p, x, mask, deterministic=True)))
+  shapes = list(_all_shapes(jax.make_jaxpr(grad)(params).jaxpr))
+  assert not [s for s in shapes if sum(d >= length for d in s) >= 2]
+  # The largest array is linear in L: (window + random + global) blocks per query block.
+  assert max(int(np.prod(s)) for s in shapes) <= 2 * length * (3 + 3 + 2) * block
+
+
+def test_dropout_only_when_training():
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(2, 20, 8)), jnp.float32)
+  mask = jnp.ones((2, 20), bool)
+  mixer = bigbird.BigBirdAttention(num_heads=2, qkv_dim=8, block_size=4, dropout_rate=0.5)
+  params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+  quiet = mixer.apply(params, x, mask, deterministic=True)
+  noisy = mixer.apply(params, x, mask, deterministic=False,
+                      rngs={"dropout": jax.random.PRNGKey(1)})
+  assert not np.allclose(quiet, noisy)
+
+
+def test_bad_settings_are_errors():
+  x, mask = jnp.zeros((1, 8, 4)), jnp.ones((1, 8), bool)
+  for bad in (dict(window_blocks=2), dict(mode="itx"), dict(block_size=0)):
+    mixer = bigbird.BigBirdAttention(num_heads=1, qkv_dim=4, **bad)
+    with pytest.raises(ValueError, match="bigbird"):
+      mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+
+
+@pytest.mark.parametrize("mode", ["itc", "etc"])
+def test_builds_in_the_encoder(mode):
+  model = models.build(dict(name="bigbird", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32,
+                            num_layers=2, attention=dict(block_size=4, mode=mode,
+                                                         num_extra_global=2)),
+                       vocab_size=20, num_classes=5, max_len=30, pair=False)
+  tokens = np.random.default_rng(0).integers(1, 20, size=(3, 30))
+  tokens[1, 17:] = 0
+  params = model.init(jax.random.PRNGKey(0), jnp.asarray(tokens))
+  logits = model.apply(params, jnp.asarray(tokens))
+  assert logits.shape == (3, 5) and logits.dtype == jnp.float32
+  assert "bigbird" in models.registry.names()
+  assert models.registry.default_settings("bigbird")["block_size"] == 64

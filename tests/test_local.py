@@ -1,0 +1,172 @@
+"""Local (block) attention against an independent dense reference."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+import models.local  # registers "local" even before models/__init__ imports it
+from models import attention, registry
+
+
+def _random_mask(rng, batch, length):
+  """Trailing padding in most rows, holes in the middle of the last one; >= 1 real token."""
+  lengths = rng.integers(1, length + 1, size=batch)
+  mask = np.arange(length)[None, :] < lengths[:, None]
+  mask[-1] = rng.random(length) < 0.6
+  mask[-1, rng.integers(length)] = True
+  return mask
+
+
+def _pattern_LxL(length, block, overlap):
+  """The local pattern as a dense boolean matrix: which key j query i may see."""
+  block_of_L = np.arange(length) // block
+  reach = 1 if overlap else 0
+  return np.abs(block_of_L[:, None] - block_of_L[None, :]) <= reach
+
+
+def _reference(params, x_BxLxD, mask_BxL, block, overlap):
+  """Plain masked softmax attention, head by head; zero at padded queries (no NaN there)."""
+  p = params["params"]
+  wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
+  wo, bo = p["OutputProjection_0"]["out"]["kernel"], p["OutputProjection_0"]["out"]["bias"]
+  length = x_BxLxD.shape[1]
+  allowed_BxLxL = (jnp.asarray(_pattern_LxL(length, block, overlap))[None]
+                   & mask_BxL[:, None, :])
+  out = jnp.zeros(x_BxLxD.shape, jnp.float32)
+  for h in range(wq.shape[1]):
+    q, k, v = x_BxLxD @ wq[:, h], x_BxLxD @ wk[:, h], x_BxLxD @ wv[:, h]
+    scores = q @ jnp.swapaxes(k, 1, 2) / np.sqrt(q.shape[-1])
+    top = jnp.max(jnp.where(allowed_BxLxL, scores, -1e30), -1, keepdims=True)
+    e = jnp.where(allowed_BxLxL, jnp.exp(jnp.where(allowed_BxLxL, scores - top, 0.0)), 0.0)
+    total = jnp.sum(e, -1, keepdims=True)
+    out = out + ((e / jnp.where(total > 0, total, 1.0)) @ v) @ wo[h]
+  out = out + bo[None, None, :]
+  return jnp.where(mask_BxL[:, :, None], out, 0.0)
+
+
+def _setup(length, block, overlap, seed=0, heads=2, dim=8):
+  rng = np.random.default_rng(seed + 100 * length + block)
+  x = jnp.asarray(rng.normal(size=(3, length, dim)), jnp.float32)
+  mask = jnp.asarray(_random_mask(rng, 3, length))
+  mixer = models.local.LocalAttention(num_heads=heads, qkv_dim=dim, block_size=block,
+                                      overlap=overlap)
+  # Compiled once: on a busy CPU op-by-op dispatch of the blocked code costs more than jit.
+  params = jax.jit(lambda key, x: mixer.init(key, x, mask, deterministic=True))(
+      jax.random.PRNGKey(seed), x)
+  return rng, x, mask, mixer, params
+
+
+def _apply(mixer, params, x, mask):
+  return jax.jit(lambda p, x, m: mixer.apply(p, x, m, deterministic=True))(params, x, mask)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("length", [1, 4, 7, 13, 16])
+def test_matches_dense_reference(length, overlap):
+  block = 4
+  rng, x, mask, mixer, params = _setup(length, block, overlap)
+  real = lambda y: jnp.where(mask[:, :, None], y, 0.0)
+  weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+
+  @jax.jit
+  def both(params, x):
+    # Gradients of a random projection of the real outputs, w.r.t. params and inputs.
+    loss = lambda p, x: jnp.sum(real(mixer.apply(p, x, mask, deterministic=True)) * weights)
+    ref_loss = lambda p, x: jnp.sum(_reference(p, x, mask, block, overlap) * weights)
+    return (real(mixer.apply(params, x, mask, deterministic=True)),
+            _reference(params, x, mask, block, overlap),
+            jax.grad(loss, argnums=(0, 1))(params, x),
+            jax.grad(ref_loss, argnums=(0, 1))(params, x))
+
+  out, ref, grads, ref_grads = both(params, x)
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+  assert jax.tree_util.tree_structure(grads) == jax.tree_util.tree_structure(ref_grads)
+  for g, r in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
+    np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-4)
+
+
+def test_pattern_is_really_local():
+  """Guards the reference itself: block 4, overlap off, a far token cannot move output 0."""
+  _, x, _, mixer, params = _setup(13, 4, False)
+  mask = jnp.ones(x.shape[:2], bool)
+  out = _apply(mixer, params, x, mask)
+  moved = _apply(mixer, params, x.at[:, 5].add(3.0), mask)
+  np.testing.assert_allclose(moved[:, :4], out[:, :4], rtol=1e-6, atol=1e-6)
+  assert not np.allclose(moved[:, 4:8], out[:, 4:8])
+  # With overlap, block 0 sees block 1 (position 5) but not block 2 (position 9).
+  _, _, _, mixer, params = _setup(13, 4, True)
+  out = _apply(mixer, params, x, mask)
+  assert not np.allclose(_apply(mixer, params, x.at[:, 5].add(3.0), mask)[:, :4], out[:, :4])
+  np.testing.assert_allclose(_apply(mixer, params, x.at[:, 9].add(3.0), mask)[:, :4],
+                             out[:, :4], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("block", [9, 50])
+def test_one_block_is_full_attention(block, overlap):
+  _, x, mask, mixer, params = _setup(9, block, overlap)
+  full = attention.FullAttention(num_heads=2, qkv_dim=8)
+  np.testing.assert_allclose(_apply(mixer, params, x, mask), _apply(full, params, x, mask),
+                             rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_padded_keys_get_no_weight(overlap):
+  rng, x, mask, mixer, params = _setup(13, 4, overlap)
+  noise = jnp.asarray(rng.normal(size=x.shape) * 10, jnp.float32)
+  x_noisy = jnp.where(mask[:, :, None], x, noise)
+  keep = np.asarray(mask)
+  np.testing.assert_allclose(np.asarray(_apply(mixer, params, x_noisy, mask))[keep],
+                             np.asarray(_apply(mixer, params, x, mask))[keep],
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_dropout_is_seeded_and_drops():
+  _, x, mask, _, params = _setup(13, 4, True)
+  mixer = models.local.LocalAttention(num_heads=2, qkv_dim=8, block_size=4, overlap=True,
+                                      dropout_rate=0.5)
+  drop = jax.jit(lambda key: mixer.apply(params, x, mask, deterministic=False,
+                                         rngs={"dropout": key}))
+  a, b = drop(jax.random.PRNGKey(1)), drop(jax.random.PRNGKey(1))
+  np.testing.assert_array_equal(a, b)
+  assert not np.allclose(a, _apply(mixer, params, x, mask))
+
+
+def _model(**kw):
+  settings = dict(name="local", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32, num_layers=1,
+                  dropout_rate=0.1, attention_dropout_rate=0.1,
+                  attention=dict(block_size=4, overlap=True))
+  settings.update(kw)
+  return models.build(settings, vocab_size=20, num_classes=5, max_len=24, pair=False)
+
+
+def test_trains_in_the_encoder():
+  model = _model()
+  rng = np.random.default_rng(0)
+  tokens = np.where(_random_mask(rng, 4, 22), rng.integers(1, 20, size=(4, 22)), 0)
+  tokens, labels = jnp.asarray(tokens), jnp.asarray(rng.integers(0, 5, size=4))
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), tokens)
+  assert jax.jit(model.apply)(params, tokens).shape == (4, 5)
+
+  def loss(p):
+    logits = model.apply(p, tokens, deterministic=False, rngs={"dropout": jax.random.PRNGKey(2)})
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
+
+  @jax.jit
+  def step(p):
+    value, grads = jax.value_and_grad(loss)(p)
+    return value, jax.tree_util.tree_map(lambda w, g: w - 0.1 * g, p, grads)
+
+  first, params = step(params)
+  for _ in range(5):
+    last, params = step(params)
+  assert np.isfinite(first) and last < first
+
+
+def test_settings():
+  assert registry.default_settings("local") == {"block_size": 50, "overlap": False}
+  with pytest.raises(registry.UnknownSettingError, match="block_size"):
+    _model(attention=dict(window=4))
+  with pytest.raises(ValueError, match="block_size"):
+    _model(attention=dict(block_size=0))
