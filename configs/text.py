@@ -25,6 +25,8 @@ def get_config(arg=None):
   m = c.model
   m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = 256, 256, 1024, 4, 4
   c.num_train_steps, c.warmup_steps = 20000, 8000
+  if model == "linformer":
+    c.model.attention.k = 32  # LRA's Text setting (the original never passed it to the model)
   if "paper" in options:
     m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = 512, 512, 2048, 8, 6
   if "cpu" in options:

@@ -1,0 +1,84 @@
+"""Linformer (Wang et al. 2020): keys and values projected along the sequence to k rows.
+
+Per layer, learned E, F of shape k x N (N = the input length at init, i.e. the model's maximum
+length) map the L per-head keys and values to k rows each: keys = E K, values = F V (shared
+by all heads). The L queries then take ordinary softmax attention over those k rows: time and
+memory O(L k), never L x L. Padded positions are zeroed before projecting, so they add
+nothing to the k rows; an input shorter than N uses the first L columns of E and F.
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from models import registry
+from models.attention import OutputProjection, QKVProjection, softmax_attention
+
+SHARINGS = ("none", "kv")
+
+
+@registry.register("linformer")
+class LinformerAttention(nn.Module):
+  """Softmax attention of every query over k learned sequence-projections of the keys."""
+  num_heads: int
+  qkv_dim: int
+  dropout_rate: float = 0.0  # attention-weight dropout
+  dtype: str = "float32"
+  k: int = 16  # projected length; LRA's Text config asks for 32
+  sharing: str = "none"  # "none": separate E and F; "kv": one matrix for both
+
+  def __post_init__(self):
+    # Checked at construction, so models.build rejects a bad config before compiling.
+    if not isinstance(self.k, (int, np.integer)) or self.k < 1:
+      raise ValueError(f"linformer needs k >= 1, got {self.k!r}")
+    if self.sharing == "layer":
+      # Layer-wise sharing needs one parameter used by every encoder block, but each block
+      # builds its own mixer in its own Flax scope: a mixer cannot declare a parameter that
+      # another block's mixer also uses without the encoder owning and passing it.
+      raise ValueError(
+          "linformer sharing='layer' is not supported: one E shared by all layers would "
+          "have to be owned by the encoder, and a mixer can only declare parameters in its "
+          f"own layer; valid sharing values: {', '.join(SHARINGS)}")
+    if self.sharing not in SHARINGS:
+      raise ValueError(f"unknown linformer sharing {self.sharing!r}; valid: "
+                       f"{', '.join(SHARINGS)}")
+    super().__post_init__()
+
+  def _projection(self, name, length):
+    """The k x N matrix: created from the input length at init, read back as stored after."""
+    # self.param would insist the stored N equal this call's length; a shorter input is fine
+    # (it uses the first columns), so an existing matrix is read without that check.
+    if self.has_variable("params", name):
+      return self.get_variable("params", name)
+    # Fan-in is the sequence axis: each projected row sums over up to N positions.
+    init = nn.initializers.lecun_normal(in_axis=-1, out_axis=-2)
+    return self.param(name, init, (self.k, length), jnp.float32)
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
+                                                    self.dtype)(x_BxLxD)
+    length = x_BxLxD.shape[1]
+    e_kxN = self._projection("E", length)
+    f_kxN = e_kxN if self.sharing == "kv" else self._projection("F", length)
+    if length > e_kxN.shape[1]:
+      raise ValueError(f"linformer input length {length} exceeds the length {e_kxN.shape[1]} "
+                       "its projections were initialised with")
+
+    keep_BxLx1x1 = mask_BxL.astype(bool)[:, :, None, None]
+    k_BxLxHxK = jnp.where(keep_BxLx1x1, k_BxLxHxK, jnp.zeros_like(k_BxLxHxK))
+    v_BxLxHxK = jnp.where(keep_BxLx1x1, v_BxLxHxK, jnp.zeros_like(v_BxLxHxK))
+    # Sums over up to N positions: accumulate in float32 even when the model runs in bfloat16.
+    project = lambda p_kxN, t_BxLxHxK: jnp.einsum(
+        "nl,blhk->bnhk", p_kxN[:, :length].astype(t_BxLxHxK.dtype), t_BxLxHxK,
+        preferred_element_type=jnp.float32).astype(t_BxLxHxK.dtype)
+    keys_BxkxHxK = project(e_kxN, k_BxLxHxK)
+    values_BxkxHxK = project(f_kxN, v_BxLxHxK)
+
+    # Every projected row mixes real positions only, so none of them is masked.
+    all_Bxk = jnp.ones(keys_BxkxHxK.shape[:2], bool)
+    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    y_BxLxHxK = softmax_attention(q_BxLxHxK, keys_BxkxHxK, values_BxkxHxK, all_Bxk,
+                                  dropout_rng=rng, dropout_rate=self.dropout_rate)
+    return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxLxHxK)

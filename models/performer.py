@@ -1,0 +1,152 @@
+"""Performer (Choromanski et al. 2021): linear attention with FAVOR+ random features.
+
+softmax(q k^T / sqrt(d)) is replaced by phi(q) phi(k)^T, where the positive random features
+phi(x) = exp(w x' - |x'|^2 / 2) / sqrt(m), x' = x / d^(1/4), w ~ N(0, I_d), give an unbiased
+estimate of exp(q k / sqrt(d)). Attention is then phi(Q) (phi(K)^T V) / (phi(Q) phi(K)^T 1):
+cost linear in L, never an L x L matrix. The original LRA code defaulted to a deterministic
+ReLU feature map; here the default is the paper's FAVOR+ (positive, orthogonal, redrawn).
+
+The projection matrix w is not a parameter: in training (with `redraw`) it is drawn afresh
+from the "dropout" rng each step; otherwise it is recomputed from PRNGKey(seed) folded with the
+layer index. Recomputing costs one small QR per layer and keeps the parameter tree identical to
+FullAttention's (no extra collection for checkpoints or optimisers to carry).
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models import registry
+from models.attention import OutputProjection, QKVProjection
+
+KERNELS = ("softmax", "relu")
+# Normalisers at or below this are replaced by 1: a row whose features all vanish (ReLU, or
+# no real key) gives output ~0 with finite gradients instead of 0/0. A floor rather than an
+# added epsilon, since the stabilising shifts make the normaliser's scale arbitrary and an
+# added constant would bias every row by a different amount.
+TINY = 1e-20
+
+
+def random_features(key, nb_features: int, dim: int, *, orthogonal: bool = True):
+  """The MxK projection matrix; every row is marginally N(0, I_K).
+
+  Orthogonal: blocks of K mutually orthogonal directions (Haar-random, from QR of Gaussian
+  matrices), each row rescaled by an independent chi(K) norm so its marginal stays Gaussian.
+  """
+  if not orthogonal:
+    return jax.random.normal(key, (nb_features, dim), jnp.float32)
+  num_blocks = -(-nb_features // dim)
+  block_key, norm_key = jax.random.split(key)
+  g_NxKxK = jax.random.normal(block_key, (num_blocks, dim, dim), jnp.float32)
+  q_NxKxK, r_NxKxK = jnp.linalg.qr(g_NxKxK)
+  # QR alone ties Q's column signs to R's diagonal; fixing them makes Q Haar-distributed.
+  signs_NxK = jnp.where(jnp.diagonal(r_NxKxK, axis1=-2, axis2=-1) < 0, -1.0, 1.0)
+  q_NxKxK = q_NxKxK * signs_NxK[:, None, :]
+  # Q's columns, as rows: block n holds rows [n K, (n + 1) K), the last block is cut short.
+  directions_MxK = jnp.swapaxes(q_NxKxK, 1, 2).reshape(num_blocks * dim, dim)[:nb_features]
+  norms_M = jnp.linalg.norm(jax.random.normal(norm_key, (nb_features, dim), jnp.float32),
+                            axis=-1)
+  return directions_MxK * norms_M[:, None]
+
+
+def softmax_exponent(x_BxLxHxK, w_MxK):
+  """w x' - |x'|^2 / 2 with x' = x / K^(1/4), in float32: the log of sqrt(M) phi(x)."""
+  x_BxLxHxK = x_BxLxHxK.astype(jnp.float32) * x_BxLxHxK.shape[-1] ** -0.25
+  proj_BxLxHxM = jnp.einsum("blhk,mk->blhm", x_BxLxHxK, w_MxK)
+  return proj_BxLxHxM - 0.5 * jnp.sum(jnp.square(x_BxLxHxK), -1, keepdims=True)
+
+
+def positive_features(x_BxLxHxK, w_MxK):
+  """Unstabilised FAVOR+ features: phi(q) . phi(k) estimates exp(q k / sqrt(K))."""
+  return jnp.exp(softmax_exponent(x_BxLxHxK, w_MxK)) / np.sqrt(w_MxK.shape[0])
+
+
+def relu_features(x_BxLxHxK, w_MxK):
+  """ReLU random features relu(w x') / sqrt(M); x' = x / K^(1/4) as for softmax."""
+  x_BxLxHxK = x_BxLxHxK.astype(jnp.float32) * x_BxLxHxK.shape[-1] ** -0.25
+  return jax.nn.relu(jnp.einsum("blhk,mk->blhm", x_BxLxHxK, w_MxK)) / np.sqrt(w_MxK.shape[0])
+
+
+def stable_softmax_features(q_BxLxHxK, k_BxLxHxK, key_mask_BxL, w_MxK):
+  """positive_features of queries and keys, each times a constant that cancels in attention.
+
+  A query row is shifted by its own max exponent (it scales numerator and normaliser alike);
+  keys share one shift per (batch, head), the max over real keys, since the sums over keys
+  need a common factor. Padded keys are zeroed before exp so neither they nor their
+  gradients can overflow.
+  """
+  scale = 1.0 / np.sqrt(w_MxK.shape[0])
+  eq_BxLxHxM = softmax_exponent(q_BxLxHxK, w_MxK)
+  shift_BxLxHx1 = jax.lax.stop_gradient(jnp.max(eq_BxLxHxM, -1, keepdims=True))
+  phi_q_BxLxHxM = jnp.exp(eq_BxLxHxM - shift_BxLxHx1) * scale
+
+  real_BxLx1x1 = key_mask_BxL.astype(bool)[:, :, None, None]
+  ek_BxLxHxM = softmax_exponent(k_BxLxHxK, w_MxK)
+  top_Bx1xHx1 = jnp.max(jnp.where(real_BxLx1x1, ek_BxLxHxM, -jnp.inf), (1, 3), keepdims=True)
+  # No real key at all: any finite shift will do, the features are zeroed below.
+  top_Bx1xHx1 = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top_Bx1xHx1), top_Bx1xHx1, 0.0))
+  ek_BxLxHxM = jnp.where(real_BxLx1x1, ek_BxLxHxM - top_Bx1xHx1, 0.0)
+  phi_k_BxLxHxM = jnp.where(real_BxLx1x1, jnp.exp(ek_BxLxHxM) * scale, 0.0)
+  return phi_q_BxLxHxM, phi_k_BxLxHxM
+
+
+def linear_attention(phi_q_BxLxHxM, phi_k_BxLxHxM, v_BxLxHxK, key_mask_BxL):
+  """phi(Q) (phi(K)^T V) / (phi(Q) phi(K)^T 1) over the real keys; float32 sums."""
+  real_BxLx1x1 = key_mask_BxL.astype(bool)[:, :, None, None]
+  phi_k_BxLxHxM = jnp.where(real_BxLx1x1, phi_k_BxLxHxM, 0.0)
+  kv_BxHxMxK = jnp.einsum("blhm,blhk->bhmk", phi_k_BxLxHxM, v_BxLxHxK.astype(jnp.float32))
+  num_BxLxHxK = jnp.einsum("blhm,bhmk->blhk", phi_q_BxLxHxM, kv_BxHxMxK)
+  den_BxLxH = jnp.einsum("blhm,bhm->blh", phi_q_BxLxHxM, jnp.sum(phi_k_BxLxHxM, 1))
+  den_BxLxH = jnp.where(den_BxLxH > TINY, den_BxLxH, 1.0)
+  return (num_BxLxHxK / den_BxLxH[..., None]).astype(v_BxLxHxK.dtype)
+
+
+def favor_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, key_mask_BxL, w_MxK,
+                    kernel: str = "softmax"):
+  """Performer attention with projection matrix w_MxK (shared by all heads)."""
+  if kernel == "softmax":
+    phi_q, phi_k = stable_softmax_features(q_BxLxHxK, k_BxLxHxK, key_mask_BxL, w_MxK)
+  elif kernel == "relu":
+    phi_q, phi_k = relu_features(q_BxLxHxK, w_MxK), relu_features(k_BxLxHxK, w_MxK)
+  else:
+    raise ValueError(f"unknown performer kernel {kernel!r}; valid: {', '.join(KERNELS)}")
+  return linear_attention(phi_q, phi_k, v_BxLxHxK, key_mask_BxL)
+
+
+@registry.register("performer")
+class PerformerAttention(nn.Module):
+  """FAVOR+ linear attention; random features shared by the heads of a layer."""
+  num_heads: int
+  qkv_dim: int
+  # Unused: linear attention never forms the attention weights that dropout would act on.
+  dropout_rate: float = 0.0
+  dtype: str = "float32"
+  layer_index: int = 0  # decorrelates the fixed features of different layers
+  nb_features: int = 256  # m, random features per head
+  kernel: str = "softmax"  # "softmax": positive features (FAVOR+); "relu": ReLU features
+  orthogonal: bool = True  # orthogonal random features (lower variance than iid)
+  redraw: bool = True  # fresh features every training step, from the "dropout" rng
+  seed: int = 0  # the fixed features used in evaluation (and in training without redraw)
+
+  def __post_init__(self):
+    # Checked at construction, so models.build rejects a bad config before compiling.
+    if not isinstance(self.nb_features, (int, np.integer)) or self.nb_features < 1:
+      raise ValueError(f"performer needs nb_features >= 1, got {self.nb_features!r}")
+    if self.kernel not in KERNELS:
+      raise ValueError(f"unknown performer kernel {self.kernel!r}; valid: {', '.join(KERNELS)}")
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
+                                                    self.dtype)(x_BxLxD)
+    if self.redraw and not deterministic:
+      key = self.make_rng("dropout")
+    else:
+      key = jax.random.fold_in(jax.random.PRNGKey(self.seed), self.layer_index)
+    w_MxK = random_features(key, int(self.nb_features), q_BxLxHxK.shape[-1],
+                            orthogonal=self.orthogonal)
+    y_BxLxHxK = favor_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, w_MxK, self.kernel)
+    return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxLxHxK)

@@ -1,0 +1,149 @@
+"""Linformer (Wang et al. 2020): identity projections give full attention; padding is inert."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+import models.linformer  # noqa: F401  (registers "linformer")
+from models import attention, registry
+from models.linformer import LinformerAttention
+
+HEADS, DIM, LENGTH = 2, 8, 6
+
+
+def _run(fn, *args):
+  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
+  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
+
+
+def _inputs(seed=0, batch=3):
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(batch, LENGTH, DIM)), jnp.float32)
+  # One full row, one with trailing padding, one with a hole; each has a real token.
+  mask = np.ones((batch, LENGTH), bool)
+  mask[1, 4:] = False
+  mask[2, 2] = False
+  return x, jnp.asarray(mask), rng
+
+
+def _mixer(**kw):
+  return LinformerAttention(num_heads=HEADS, qkv_dim=DIM, **kw)
+
+
+def test_identity_projections_are_full_attention():
+  x, _, _ = _inputs()
+  mask = jnp.ones(x.shape[:2], bool)  # padded keys would be zero vectors here, not dropped
+  eye = jnp.eye(LENGTH, dtype=jnp.float32)
+  full = attention.FullAttention(num_heads=HEADS, qkv_dim=DIM)
+
+  mixers = [_mixer(k=LENGTH, sharing=sharing) for sharing in ("none", "kv")]
+  init = lambda m: m.init(jax.random.PRNGKey(0), x, mask, deterministic=True)["params"]
+  assert [sorted(jax.eval_shape(lambda: init(m))) for m in mixers] == [
+      ["E", "F", "OutputProjection_0", "QKVProjection_0"],
+      ["E", "OutputProjection_0", "QKVProjection_0"]]  # "kv": one matrix serves both
+
+  def run(x):
+    outs = []
+    for mixer in mixers:
+      p = dict(init(mixer))
+      p.update({n: eye for n in ("E", "F") if n in p})
+      outs.append((mixer.apply({"params": p}, x, mask, deterministic=True),
+                   full.apply({"params": p}, x, mask, deterministic=True)))
+    return outs
+
+  for out, full_out in _run(run, x):
+    np.testing.assert_allclose(out, full_out, rtol=1e-5, atol=1e-5)
+
+
+def test_padding_is_inert_and_gradients_are_finite():
+  x, mask, rng = _inputs(seed=1)
+  mixer = _mixer(k=4)
+  noise = jnp.where(mask[..., None], x, jnp.asarray(rng.normal(size=x.shape) * 100, x.dtype))
+  cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+  real = lambda y: jnp.where(mask[..., None], y, 0.0)
+  short = 4  # row 1's real tokens; trailing padding and truncation must agree
+
+  def run(x, noise):
+    params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+    apply = lambda p, x: real(mixer.apply(p, x, mask, deterministic=True))
+    out, pullback = jax.vjp(apply, params, x)
+    truncated = mixer.apply(params, x[1:2, :short], mask[1:2, :short], deterministic=True)
+    return out, apply(params, noise), pullback(cotangent), truncated
+
+  out, out_noise, grads, truncated = _run(run, x, noise)
+  assert out.shape == x.shape and np.all(np.isfinite(out))
+  np.testing.assert_allclose(out_noise, out, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(truncated[0], out[1, :short], rtol=1e-5, atol=1e-5)
+  leaves = jax.tree_util.tree_leaves(grads)
+  assert all(np.all(np.isfinite(g)) for g in leaves)
+  # The projections get gradient only through real positions: padded columns of row 1 are
+  # real in row 0, so just check E and F learn at all.
+  p_grads = grads[0]["params"]
+  assert np.any(p_grads["E"] != 0) and np.any(p_grads["F"] != 0)
+
+
+def test_settings_and_errors():
+  assert registry.default_settings("linformer") == {"k": 16, "sharing": "none"}
+  with pytest.raises(ValueError, match="layer.*not supported"):
+    _mixer(sharing="layer")
+  with pytest.raises(ValueError, match="none, kv"):
+    _mixer(sharing="heads")
+  with pytest.raises(ValueError, match="k >= 1"):
+    _mixer(k=0)
+  x, mask, _ = _inputs()
+  mixer = _mixer(k=2)
+  params = jax.eval_shape(
+      lambda x: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True), x)
+  assert params["params"]["E"].shape == (2, LENGTH)
+  longer = jnp.ones((1, LENGTH + 1, DIM), jnp.float32)
+  with pytest.raises(ValueError, match="exceeds"):
+    jax.eval_shape(lambda p: mixer.apply(p, longer, jnp.ones((1, LENGTH + 1), bool),
+                                         deterministic=True), params)
+
+
+def test_build_init_apply():
+  model = models.build(
+      dict(name="linformer", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32, num_layers=2,
+           dropout_rate=0.1, attention_dropout_rate=0.1, attention=dict(k=4)),
+      vocab_size=20, num_classes=5, max_len=24, pair=False)
+  tokens = np.random.default_rng(0).integers(1, 20, size=(2, 24))
+  tokens[1, 5:] = 0
+  tokens = jnp.asarray(tokens)
+
+  def run(tokens):
+    params = model.init(jax.random.PRNGKey(0), tokens)
+    drop = lambda key: model.apply(params, tokens, deterministic=False, rngs={"dropout": key})
+    return params, model.apply(params, tokens), drop(jax.random.PRNGKey(1)), \
+        drop(jax.random.PRNGKey(2))
+
+  params, logits, noisy, noisy2 = _run(run, tokens)
+  mixer_params = params["params"]["encoder"]["block_0"]["mixer"]
+  assert mixer_params["E"].shape == (4, 25)  # max_len + the CLS position
+  assert logits.shape == (2, 5) and logits.dtype == jnp.float32
+  assert np.all(np.isfinite(logits)) and np.all(np.isfinite(noisy))
+  assert not np.allclose(noisy, noisy2)
+
+
+def _array_shapes(jaxpr):
+  """Every intermediate shape in a jaxpr, nested calls included."""
+  for eqn in jaxpr.eqns:
+    for var in eqn.outvars:
+      yield tuple(getattr(var.aval, "shape", ()))
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else [value]:
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns"):
+          yield from _array_shapes(inner)
+
+
+def test_no_length_by_length_array():
+  length = 64
+  x, mask = jnp.ones((1, length, DIM), jnp.float32), jnp.ones((1, length), bool)
+  mixer = _mixer(k=4)
+  params = jax.eval_shape(
+      lambda x: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True), x)
+  jaxpr = jax.make_jaxpr(lambda p, x: mixer.apply(p, x, mask, deterministic=True))(
+      params, x).jaxpr
+  shapes = list(_array_shapes(jaxpr))
+  assert shapes and not [s for s in shapes if s.count(length) >= 2]

@@ -1,0 +1,229 @@
+"""Performer (FAVOR+) mixer against independent references: the kernel it estimates, exact
+softmax attention, and the quadratic form of its own features."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+import models.performer  # registers "performer" even before models/__init__ imports it
+from models import attention, registry
+from models.performer import (PerformerAttention, favor_attention, positive_features,
+                               random_features)
+
+
+def _run(fn, *args):
+  """Compiles fn once and runs it: each graph here runs once or twice, so a cheap compile
+  (XLA's backend optimisation off) beats op-by-op dispatch on a busy CPU."""
+  return _compile(fn, *args)(*args)
+
+
+def _compile(fn, *args):
+  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})
+
+
+def _mask(rng, batch, length):
+  """Trailing padding in the first row, holes in the last; >= 1 real token per row."""
+  mask = np.ones((batch, length), bool)
+  mask[0, length // 2:] = False
+  mask[-1] = rng.random(length) < 0.6
+  mask[-1, 0] = True
+  return mask
+
+
+def _exact_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL):
+  """Softmax over the real keys, written out densely (the thing FAVOR+ approximates)."""
+  scores = jnp.einsum("blhk,bmhk->bhlm", q_BxLxHxK, k_BxLxHxK) / np.sqrt(q_BxLxHxK.shape[-1])
+  scores = jnp.where(mask_BxL[:, None, None, :], scores, -jnp.inf)
+  return jnp.einsum("bhlm,bmhk->blhk", jax.nn.softmax(scores, -1), v_BxLxHxK)
+
+
+def test_kernel_estimate_is_unbiased():
+  """Mean over draws of phi(q).phi(k) -> exp(q.k / sqrt(d)), for iid and orthogonal w."""
+  d, m, draws = 4, 4, 2000
+  rng = np.random.default_rng(0)
+  q_K, k_K = rng.normal(size=d) * 0.7, rng.normal(size=d) * 0.7
+  target = np.exp(q_K @ k_K / np.sqrt(d))
+  keys = jax.random.split(jax.random.PRNGKey(0), draws)
+
+  def estimates(keys):
+    out = []
+    for orthogonal in (False, True):
+      w_DxMxK = jax.vmap(lambda key: random_features(key, m, d, orthogonal=orthogonal))(keys)
+      phi = lambda x, w: positive_features(jnp.asarray(x, jnp.float32)[None, None, None], w)
+      out.append(jax.vmap(lambda w: jnp.sum(phi(q_K, w) * phi(k_K, w)))(w_DxMxK))
+    return out
+
+  for est in _run(estimates, keys):
+    est = np.asarray(est, np.float64)
+    stderr = est.std() / np.sqrt(draws)
+    assert stderr < 0.05 * target  # the check below is not vacuous
+    assert abs(est.mean() - target) < 4 * stderr, (est.mean(), target, stderr)
+
+
+def test_error_against_softmax_shrinks_with_more_features():
+  rng = np.random.default_rng(1)
+  shape = (2, 16, 2, 8)
+  q, k, v = (jnp.asarray(rng.normal(size=shape) * s, jnp.float32) for s in (0.8, 0.8, 1.0))
+  mask = jnp.asarray(_mask(rng, 2, 16))
+  keys = jax.random.split(jax.random.PRNGKey(1), 4)  # averaged over 4 draws per size
+
+  def errors(q, k, v, mask, keys):
+    exact = _exact_attention(q, k, v, mask)
+    error = lambda key, m: jnp.mean(jnp.abs(
+        favor_attention(q, k, v, mask, random_features(key, m, 8)) - exact))
+    return jnp.stack([jnp.mean(jax.vmap(lambda key: error(key, m))(keys))
+                      for m in (16, 64, 256)])
+
+  err = np.asarray(_run(errors, q, k, v, mask, keys))
+  assert err[0] > err[1] > err[2], err
+  assert err[2] < 0.5 * err[0], err
+  assert err[2] < 0.1, err  # 256 features approximate softmax attention closely
+
+
+def test_orthogonal_blocks():
+  d, m = 8, 2 * 8 + 3
+  w_MxK, iid_MxK = _run(lambda key: (random_features(key, m, d),
+                                     random_features(key, m, d, orthogonal=False)),
+                        jax.random.PRNGKey(2))
+  w_MxK = np.asarray(w_MxK, np.float64)
+  directions = w_MxK / np.linalg.norm(w_MxK, axis=1, keepdims=True)
+  for start in range(0, m, d):
+    block = directions[start:start + d]
+    np.testing.assert_allclose(block @ block.T, np.eye(len(block)), atol=1e-5)
+  norms = np.linalg.norm(w_MxK, axis=1)
+  # Rescaled by chi(d) norms, not unit rows; iid rows are not orthogonal.
+  assert norms.std() > 0.1 and 1.5 < norms.mean() < 4.5
+  iid = np.asarray(iid_MxK, np.float64)[:d]
+  iid = iid / np.linalg.norm(iid, axis=1, keepdims=True)
+  assert np.abs(iid @ iid.T - np.eye(d)).max() > 0.1
+
+
+@functools.lru_cache(maxsize=None)
+def _params(seed):
+  """Initialised once per seed. FullAttention's init: the Performer has the same parameters,
+  so applying the Performer to them also checks the names match."""
+  full = attention.FullAttention(num_heads=2, qkv_dim=8)
+  x, mask = jnp.zeros((1, 3, 8)), jnp.ones((1, 3), bool)
+  return _run(lambda key: full.init(key, x, mask, deterministic=True), jax.random.PRNGKey(seed))
+
+
+def _setup(kernel="softmax", nb_features=16, seed=0, layer_index=0, **kw):
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(3, 11, 8)), jnp.float32)
+  mask = jnp.asarray(_mask(rng, 3, 11))
+  mixer = PerformerAttention(num_heads=2, qkv_dim=8, nb_features=nb_features, kernel=kernel,
+                             seed=seed, layer_index=layer_index, **kw)
+  return rng, x, mask, mixer, _params(seed)
+
+
+def _quadratic_reference(params, x_BxLxD, mask_BxL, w_MxK, kernel):
+  """Features written out from the definitions, the L x L kernel matrix, row-normalised."""
+  p = params["params"]
+  wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
+  wo, bo = p["OutputProjection_0"]["out"]["kernel"], p["OutputProjection_0"]["out"]["bias"]
+  q, k, v = (jnp.einsum("bld,dhk->bhlk", x_BxLxD, w) for w in (wq, wk, wv))
+  d, m = q.shape[-1], w_MxK.shape[0]
+
+  def phi(x):
+    x = x / d ** 0.25
+    if kernel == "relu":
+      return jnp.maximum(x @ w_MxK.T, 0.0) / np.sqrt(m)
+    return jnp.exp(x @ w_MxK.T - jnp.sum(x * x, -1, keepdims=True) / 2) / np.sqrt(m)
+
+  a = phi(q) @ jnp.swapaxes(phi(k), -1, -2) * mask_BxL[:, None, None, :]
+  total = jnp.sum(a, -1, keepdims=True)
+  heads = (a @ v) / jnp.where(total > 0, total, 1.0)  # ReLU rows may have no feature on
+  return jnp.einsum("bhlk,hkd->bld", heads, wo) + bo[None, None, :]
+
+
+def test_matches_own_quadratic_form():
+  """Eval mode uses the fixed features of (seed, layer_index); the linear-time form equals the
+  quadratic one built from them, so stabilisation and masking change nothing."""
+  _, x, mask, mixer, params = _setup(seed=3, layer_index=2)
+  relu = mixer.clone(kernel="relu")
+  w_MxK = random_features(jax.random.fold_in(jax.random.PRNGKey(3), 2), 16, 4)
+  outs = _run(lambda p, x: [(m.apply(p, x, mask, deterministic=True),
+                             _quadratic_reference(p, x, mask, w_MxK, m.kernel))
+                            for m in (mixer, relu)], params, x)
+  for out, ref in outs:
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_padded_positions_do_not_leak():
+  rng, x, mask, mixer, params = _setup()
+  noise = jnp.asarray(rng.normal(size=x.shape) * 30, jnp.float32)  # would overflow exp
+  x_noisy = jnp.where(mask[:, :, None], x, noise)
+  apply = _compile(lambda p, x: mixer.apply(p, x, mask, deterministic=True), params, x)
+  keep = np.asarray(mask)
+  np.testing.assert_allclose(np.asarray(apply(params, x_noisy))[keep],
+                             np.asarray(apply(params, x))[keep], rtol=1e-5, atol=1e-5)
+
+
+def test_redraw_in_training_fixed_in_evaluation():
+  _, x, mask, mixer, params = _setup()
+  fixed = mixer.clone(redraw=False)
+
+  def outputs(p, x):
+    train = lambda m, key: m.apply(p, x, mask, deterministic=False, rngs={"dropout": key})
+    return (train(mixer, jax.random.PRNGKey(1)), train(mixer, jax.random.PRNGKey(1)),
+            train(mixer, jax.random.PRNGKey(2)), mixer.apply(p, x, mask, deterministic=True),
+            train(fixed, jax.random.PRNGKey(1)), train(fixed, jax.random.PRNGKey(2)))
+
+  a, a_again, b, evaluation, fixed_a, fixed_b = _run(outputs, params, x)
+  np.testing.assert_array_equal(a, a_again)
+  assert not np.allclose(a, b)
+  assert not np.allclose(a, evaluation)
+  # Without redraw, training uses the evaluation features whatever the rng.
+  np.testing.assert_allclose(fixed_a, evaluation, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(fixed_b, evaluation, rtol=1e-6, atol=1e-6)
+
+
+def test_gradients_finite():
+  """Includes a row with no real token and (ReLU, 2 features) queries with all-zero features."""
+  rng, x, mask, mixer, params = _setup(nb_features=2)
+  mask = mask.at[1].set(False)
+  x = jnp.where(mask[:, :, None], x, 30.0)
+  weights = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+
+  def grads(p, x):
+    out = []
+    for m in (mixer, mixer.clone(kernel="relu")):
+      loss = lambda p, x: jnp.sum(m.apply(p, x, mask, deterministic=False,
+                                          rngs={"dropout": jax.random.PRNGKey(5)}) * weights)
+      out.append(jax.grad(loss, argnums=(0, 1))(p, x))
+    return out
+
+  for g in jax.tree_util.tree_leaves(_run(grads, params, x)):
+    assert np.all(np.isfinite(g))
+
+
+def test_builds_in_the_encoder():
+  model = models.build(dict(name="performer", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32,
+                            num_layers=1, dropout_rate=0.1, attention_dropout_rate=0.1,
+                            attention=dict(nb_features=8)),
+                       vocab_size=20, num_classes=5, max_len=24, pair=False)
+  tokens = jnp.asarray(np.where(np.arange(22) < 15, 3, 0)[None].repeat(2, 0))
+
+  def init_apply(key, tokens):
+    params = model.init(key, tokens)
+    return (params, model.apply(params, tokens),
+            model.apply(params, tokens, deterministic=False, rngs={"dropout": key}))
+
+  params, logits, train_logits = _run(init_apply, jax.random.PRNGKey(0), tokens)
+  assert logits.shape == train_logits.shape == (2, 5)
+  assert np.all(np.isfinite(train_logits))
+  # Same parameter names as full attention: nothing random-feature related is stored.
+  mixer_params = jax.tree_util.tree_map(jnp.shape, params)["params"]
+  assert "random" not in str(mixer_params) and "projection_matrix" not in str(mixer_params)
+
+
+def test_settings():
+  assert registry.default_settings("performer") == {
+      "nb_features": 256, "kernel": "softmax", "orthogonal": True, "redraw": True, "seed": 0}
+  with pytest.raises(ValueError, match="kernel"):
+    PerformerAttention(num_heads=2, qkv_dim=8, kernel="exp")
+  with pytest.raises(ValueError, match="nb_features"):
+    PerformerAttention(num_heads=2, qkv_dim=8, nb_features=0)

@@ -1,0 +1,144 @@
+"""Sinkhorn attention (Tay et al. 2020) against independent numpy references."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import models
+import models.sinkhorn  # registers "sinkhorn" even before models/__init__ imports it
+from models import registry
+from models.sinkhorn import SinkhornAttention, sinkhorn, sorted_block_attention
+
+
+def _run(fn, *args):
+  """Compiles fn once (XLA backend optimisation off: cheapest on a busy CPU) and runs it."""
+  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
+
+
+def test_sinkhorn_is_doubly_stochastic():
+  log_alpha = jnp.asarray(np.random.default_rng(0).normal(size=(2, 3, 5, 5)) * 3, jnp.float32)
+  p = np.asarray(_run(lambda a: sinkhorn(a, 50), log_alpha))
+  assert np.all(p >= 0)
+  np.testing.assert_allclose(p.sum(-1), 1.0, atol=1e-4)
+  np.testing.assert_allclose(p.sum(-2), 1.0, atol=1e-4)
+
+
+def _reference(q, k, v, mask, perm_BxHxN):
+  """Query block n of head h: one dense softmax over [own keys ; keys of block perm[n]]."""
+  q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+  batch, num_blocks, block, heads, dim = q.shape
+  out = np.zeros(q.shape)
+  for b in range(batch):
+    for h in range(heads):
+      for n in range(num_blocks):
+        m = perm_BxHxN[b, h, n]
+        keys = np.concatenate([k[b, n, :, h], k[b, m, :, h]])
+        values = np.concatenate([v[b, n, :, h], v[b, m, :, h]])
+        ok = np.concatenate([mask[b, n], mask[b, m]])
+        if not ok.any():
+          continue  # no real key: the mixer gives zeros (padded values are zeroed)
+        scores = q[b, n, :, h] @ keys[ok].T / np.sqrt(dim)
+        e = np.exp(scores - scores.max(-1, keepdims=True))
+        out[b, n, :, h] = (e / e.sum(-1, keepdims=True)) @ values[ok]
+  return out
+
+
+def test_hard_permutation_is_block_permuted_local_attention():
+  rng = np.random.default_rng(1)
+  batch, num_blocks, block, heads, dim = 2, 4, 3, 2, 4
+  q, k, v = (jnp.asarray(rng.normal(size=(batch, num_blocks, block, heads, dim)), jnp.float32)
+             for _ in range(3))
+  mask = rng.random((batch, num_blocks, block)) < 0.7
+  mask[0, 3] = False  # one fully padded block
+  mask[1, 2] = False
+  mask[0, 0, 0] = mask[1, 1, 1] = True
+  perms = np.stack([np.stack([rng.permutation(num_blocks) for _ in range(heads)])
+                    for _ in range(batch)])
+  others = np.roll(perms, 1, axis=-1)  # every block gets a different partner
+  one_hot = lambda p: jnp.asarray(np.eye(num_blocks)[p], jnp.float32)  # P[n, p[n]] = 1
+  fn = jax.jit(lambda p: sorted_block_attention(q, k, v, jnp.asarray(mask), p)).lower(
+      one_hot(perms)).compile({"xla_backend_optimization_level": 0})
+  out, out_other = np.asarray(fn(one_hot(perms))), np.asarray(fn(one_hot(others)))
+  np.testing.assert_allclose(out, _reference(q, k, v, mask, perms), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out_other, _reference(q, k, v, mask, others), rtol=1e-5,
+                             atol=1e-5)
+  # The permutation is really applied: another partner gives another output.
+  assert np.abs(out - out_other).max() > 1e-2
+
+
+def _inputs(length, seed, batch=3, dim=8):
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(batch, length, dim)), jnp.float32)
+  mask = np.arange(length)[None, :] < np.array([length, 3, length - 4])[:, None]
+  mask[0, [2, 5]] = False  # holes inside blocks
+  return x, jnp.asarray(mask), rng
+
+
+def test_mixer_padding_gradients_and_mixing():
+  length, block = 11, 4  # not a multiple of the block
+  x, mask, rng = _inputs(length, seed=2)
+  mixer = SinkhornAttention(num_heads=2, qkv_dim=8, block_size=block)
+  noisy = SinkhornAttention(num_heads=2, qkv_dim=8, block_size=block, gumbel=True)
+  noise = jnp.where(mask[..., None], x, jnp.asarray(rng.normal(size=x.shape) * 100, x.dtype))
+  far = x.at[:, 9].add(3.0)  # block 2; row 0 keeps it real
+
+  def run(x, noise, far):
+    params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+    apply = lambda p, x: mixer.apply(p, x, mask, deterministic=True)
+    real_sum = lambda p, x: jnp.sum(jnp.where(mask[..., None], apply(p, x), 0.0) ** 2)
+    gumbel = [noisy.apply(params, x, mask, deterministic=False,
+                          rngs={"dropout": jax.random.PRNGKey(s)}) for s in (0, 1)]
+    return (params, apply(params, x), apply(params, noise), apply(params, far),
+            jax.grad(real_sum, argnums=(0, 1))(params, x), gumbel)
+
+  params, out, out_noise, out_far, grads, gumbel = _run(run, x, noise, far)
+  assert out.shape == x.shape
+  assert params["params"]["sort_kernel"].shape == (2, 4, 3)  # heads x head_dim x 3 blocks
+  keep = np.asarray(mask)
+  # Whatever sits at padded positions changes no real output.
+  np.testing.assert_allclose(np.asarray(out_noise)[keep], np.asarray(out)[keep], rtol=1e-5,
+                             atol=1e-5)
+  # Block 0 sees block 2 only through the sorted (soft-permuted) keys.
+  assert np.abs(np.asarray(out_far)[0, :4] - np.asarray(out)[0, :4]).max() > 1e-4
+  leaves = jax.tree_util.tree_leaves(grads)
+  assert all(np.all(np.isfinite(g)) for g in leaves)
+  assert np.abs(grads[0]["params"]["sort_kernel"]).max() > 0  # the sorting net learns
+  assert np.all(np.isfinite(gumbel[0])) and not np.allclose(gumbel[0], gumbel[1])
+
+
+def test_no_length_by_length_array():
+  length = 64  # 8 blocks of 8
+  x, mask = jnp.ones((1, length, 8), jnp.float32), jnp.ones((1, length), bool)
+  mixer = SinkhornAttention(num_heads=2, qkv_dim=8, block_size=8)
+  jaxpr = jax.make_jaxpr(lambda x: mixer.init_with_output(
+      jax.random.PRNGKey(0), x, mask, deterministic=True)[0])(x).jaxpr
+
+  def shapes(jaxpr):
+    for eqn in jaxpr.eqns:
+      yield from (tuple(getattr(v.aval, "shape", ())) for v in eqn.outvars)
+      for value in eqn.params.values():
+        for sub in value if isinstance(value, (list, tuple)) else [value]:
+          inner = getattr(sub, "jaxpr", sub)
+          if hasattr(inner, "eqns"):
+            yield from shapes(inner)
+
+  found = list(shapes(jaxpr))
+  assert found and not [s for s in found if s.count(length) >= 2]
+
+
+def test_build_init_apply():
+  model = models.build(
+      dict(name="sinkhorn", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32, num_layers=1,
+           dropout_rate=0.0, attention_dropout_rate=0.0, attention=dict(block_size=4)),
+      vocab_size=20, num_classes=5, max_len=24, pair=False)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 20, size=(2, 21)))
+  logits = _run(lambda t: model.apply(model.init(jax.random.PRNGKey(0), t), t), tokens)
+  assert logits.shape == (2, 5) and np.all(np.isfinite(logits))
+
+
+def test_settings():
+  assert registry.default_settings("sinkhorn") == dict(
+      block_size=50, sinkhorn_iterations=5, temperature=0.75, gumbel=False)
+  for bad in (dict(block_size=0), dict(sinkhorn_iterations=0), dict(temperature=0.0)):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+      SinkhornAttention(num_heads=2, qkv_dim=8, **bad)
