@@ -29,6 +29,24 @@ KERNELS = ("softmax", "relu")
 TINY = 1e-20
 
 
+def _orthonormal_columns(g_NxKxK):
+  """Q of G = QR with R's diagonal positive (Haar-distributed for Gaussian G), by Gram-Schmidt
+  over the columns, projecting twice for float32 accuracy. Plain jnp ops instead of
+  jnp.linalg.qr: the LAPACK call inside a CPU train step was seen to hang the benchmark."""
+  dim = g_NxKxK.shape[-1]
+
+  def orthogonalise(j, q_NxKxK):
+    before_1xK = (jnp.arange(dim) < j)[None, :]
+    v_NxK = q_NxKxK[:, :, j]
+    for _ in range(2):
+      coeffs_NxK = jnp.einsum("nkc,nk->nc", q_NxKxK, v_NxK) * before_1xK
+      v_NxK = v_NxK - jnp.einsum("nkc,nc->nk", q_NxKxK, coeffs_NxK)
+    v_NxK = v_NxK / jnp.linalg.norm(v_NxK, axis=-1, keepdims=True)
+    return q_NxKxK.at[:, :, j].set(v_NxK)
+
+  return jax.lax.fori_loop(0, dim, orthogonalise, g_NxKxK)
+
+
 def random_features(key, nb_features: int, dim: int, *, orthogonal: bool = True):
   """The MxK projection matrix; every row is marginally N(0, I_K).
 
@@ -40,10 +58,7 @@ def random_features(key, nb_features: int, dim: int, *, orthogonal: bool = True)
   num_blocks = -(-nb_features // dim)
   block_key, norm_key = jax.random.split(key)
   g_NxKxK = jax.random.normal(block_key, (num_blocks, dim, dim), jnp.float32)
-  q_NxKxK, r_NxKxK = jnp.linalg.qr(g_NxKxK)
-  # QR alone ties Q's column signs to R's diagonal; fixing them makes Q Haar-distributed.
-  signs_NxK = jnp.where(jnp.diagonal(r_NxKxK, axis1=-2, axis2=-1) < 0, -1.0, 1.0)
-  q_NxKxK = q_NxKxK * signs_NxK[:, None, :]
+  q_NxKxK = _orthonormal_columns(g_NxKxK)
   # Q's columns, as rows: block n holds rows [n K, (n + 1) K), the last block is cut short.
   directions_MxK = jnp.swapaxes(q_NxKxK, 1, 2).reshape(num_blocks * dim, dim)[:nb_features]
   norms_M = jnp.linalg.norm(jax.random.normal(norm_key, (nb_features, dim), jnp.float32),
