@@ -7,6 +7,7 @@ import models
 import models.linear_transformer  # noqa: F401  (registers "linear_transformer")
 from models import registry
 from models.linear_transformer import LinearTransformerAttention
+from tests.jaxpr_shapes import array_shapes
 
 HEADS, DIM = 2, 8
 
@@ -63,18 +64,6 @@ def test_matches_quadratic_form_and_ignores_padding():
   np.testing.assert_allclose(out_noise, out, rtol=1e-5, atol=1e-5)
 
 
-def _array_shapes(jaxpr):
-  """Every intermediate shape in a jaxpr, nested calls included."""
-  for eqn in jaxpr.eqns:
-    for var in eqn.outvars:
-      yield tuple(getattr(var.aval, "shape", ()))
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (list, tuple)) else [value]:
-        inner = getattr(sub, "jaxpr", sub)
-        if hasattr(inner, "eqns"):
-          yield from _array_shapes(inner)
-
-
 def test_no_length_by_length_array():
   length = 64
   x, mask = jnp.ones((1, length, DIM), jnp.float32), jnp.ones((1, length), bool)
@@ -83,7 +72,7 @@ def test_no_length_by_length_array():
                                                deterministic=True), x)
   jaxpr = jax.make_jaxpr(lambda p, x: mixer.apply(p, x, mask, deterministic=True))(
       params, x).jaxpr
-  shapes = list(_array_shapes(jaxpr))
+  shapes = list(array_shapes(jaxpr))
   assert shapes and not [s for s in shapes if s.count(length) >= 2]
 
 

@@ -8,6 +8,7 @@ import models
 import models.linformer  # noqa: F401  (registers "linformer")
 from models import attention, registry
 from models.linformer import LinformerAttention
+from tests.jaxpr_shapes import array_shapes
 
 HEADS, DIM, LENGTH = 2, 8, 6
 
@@ -125,18 +126,6 @@ def test_build_init_apply():
   assert not np.allclose(noisy, noisy2)
 
 
-def _array_shapes(jaxpr):
-  """Every intermediate shape in a jaxpr, nested calls included."""
-  for eqn in jaxpr.eqns:
-    for var in eqn.outvars:
-      yield tuple(getattr(var.aval, "shape", ()))
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (list, tuple)) else [value]:
-        inner = getattr(sub, "jaxpr", sub)
-        if hasattr(inner, "eqns"):
-          yield from _array_shapes(inner)
-
-
 def test_no_length_by_length_array():
   length = 64
   x, mask = jnp.ones((1, length, DIM), jnp.float32), jnp.ones((1, length), bool)
@@ -145,5 +134,5 @@ def test_no_length_by_length_array():
       lambda x: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True), x)
   jaxpr = jax.make_jaxpr(lambda p, x: mixer.apply(p, x, mask, deterministic=True))(
       params, x).jaxpr
-  shapes = list(_array_shapes(jaxpr))
+  shapes = list(array_shapes(jaxpr))
   assert shapes and not [s for s in shapes if s.count(length) >= 2]

@@ -8,6 +8,7 @@ import models
 import models.longformer  # noqa: F401  (registers "longformer")
 from models import attention, registry
 from models.longformer import LongformerAttention
+from tests.jaxpr_shapes import array_shapes
 
 HEADS, QKV, DIM = 2, 8, 12
 
@@ -154,18 +155,6 @@ def test_padding_does_not_leak(dilation, global_positions):
                              rtol=1e-5, atol=1e-5)
 
 
-def _shapes(jaxpr):
-  """Every intermediate's shape, nested jaxprs included."""
-  for eqn in jaxpr.eqns:
-    for var in eqn.outvars:
-      yield getattr(var.aval, "shape", ())
-    for param in eqn.params.values():
-      for sub in param if isinstance(param, (list, tuple)) else [param]:
-        inner = getattr(sub, "jaxpr", sub)
-        if hasattr(inner, "eqns"):
-          yield from _shapes(inner)
-
-
 def test_no_length_by_length_intermediate():
   length = 64
   x, mask, _ = _setup(length, batch=1)
@@ -175,7 +164,7 @@ def test_no_length_by_length_intermediate():
                                              deterministic=True))
   grad = jax.grad(lambda p: jnp.sum(mixer.apply(p, x, mask, deterministic=True)))
   jaxpr = jax.make_jaxpr(grad)(params).jaxpr
-  for shape in _shapes(jaxpr):
+  for shape in array_shapes(jaxpr):
     assert sum(s >= length for s in shape) <= 1, shape
 
 

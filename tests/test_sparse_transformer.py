@@ -10,6 +10,7 @@ import models
 import models.sparse_transformer  # noqa: F401  (registers "sparse_transformer")
 from models import attention, registry
 from models.sparse_transformer import SparseTransformerAttention
+from tests.jaxpr_shapes import array_shapes
 
 BLOCK, C = 4, 2
 
@@ -120,18 +121,6 @@ def test_merged_with_one_block_is_full_attention(pattern, block):
   np.testing.assert_allclose(out, full_out, rtol=1e-5, atol=1e-5)
 
 
-def _array_shapes(jaxpr):
-  """Every intermediate shape in a jaxpr, nested calls included."""
-  for eqn in jaxpr.eqns:
-    for var in eqn.outvars:
-      yield tuple(getattr(var.aval, "shape", ()))
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (list, tuple)) else [value]:
-        inner = getattr(sub, "jaxpr", sub)
-        if hasattr(inner, "eqns"):
-          yield from _array_shapes(inner)
-
-
 @pytest.mark.parametrize("pattern", ["fixed", "strided"])
 @pytest.mark.parametrize("combine", ["heads", "merged"])
 def test_no_length_by_length_array(pattern, combine):
@@ -141,7 +130,7 @@ def test_no_length_by_length_array(pattern, combine):
   mixer = _mixer(pattern=pattern, combine=combine, block_size=8, c=2)
   jaxpr = jax.make_jaxpr(
       lambda p, x: mixer.apply(p, x, mask, deterministic=True))(_params(), x).jaxpr
-  shapes = list(_array_shapes(jaxpr))
+  shapes = list(array_shapes(jaxpr))
   assert shapes and not [s for s in shapes if s.count(length) >= 2]
 
 
