@@ -79,6 +79,7 @@ def make_steps(model, pair: bool, mesh: Mesh):
     # The new parameters too: a checkpoint is saved only if everything so far was finite.
     finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(new_state.params))
     metrics["finite"] = finite.astype(jnp.float32)
+    metrics["steps"] = jnp.ones((), jnp.float32)  # counted on device: no host work per step
     return new_state, metrics
 
   def eval_step(state, batch):
@@ -192,6 +193,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   if start and jax.process_index() == 0:
     print(f"Resuming from the checkpoint at step {start} in {workdir}", flush=True)
   dropout_rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)
+  schedule = optim.learning_rate_schedule(config)  # for logging; built once
   writer = MetricWriter(workdir)
   evaluate_split = functools.partial(evaluate, eval_step, batch_size=config.eval_batch_size,
                                      sharding=sharding, padding=task.padding)
@@ -213,7 +215,6 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
       batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
       batch = add_masks(batch, task.padding)
       state, metrics = train_step(state, to_global(batch, sharding), dropout_rng)
-      metrics["steps"] = jnp.ones((), jnp.float32)
       sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
       done = step + 1
       bar.update(1)
@@ -225,7 +226,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
         train = {"train_loss": host["loss_sum"] / host["count"],
                  "train_accuracy": host["correct"] / host["count"],
                  "steps_per_s": (done - last_step) / max(now - last_time, 1e-9),
-                 "learning_rate": float(optim.learning_rate_schedule(config)(done - 1))}
+                 "learning_rate": float(schedule(done - 1))}
         writer.write(done, {k: float(v) for k, v in train.items()})
         bar.set_postfix(loss=f"{train['train_loss']:.3f}", acc=f"{train['train_accuracy']:.3f}")
         sums, last_time, last_step = None, now, done
