@@ -41,7 +41,7 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.model.num_layers = 4         # encoder blocks
   c.model.dropout_rate = 0.1     # residual, MLP and embedding dropout
   c.model.attention_dropout_rate = 0.1  # dropout on attention weights
-  c.model.positions = "sinusoidal"  # "sinusoidal" or "learned"
+  c.model.positions = "sinusoidal"  # "sinusoidal", "learned" or "none"
   c.model.use_cls = True         # prepend a zero-initialised CLS token
   c.model.pooling = "CLS"        # "CLS", "MEAN" or "SUM" (padding excluded)
   c.model.dtype = "float32"      # compute dtype; "bfloat16" on GPU/TPU (params stay float32)
@@ -79,6 +79,7 @@ def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int, emb: int = 6
 
 def finish(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """Mixer settings that depend on the final model size (called last by the task configs)."""
+  c.model.update(registry.encoder_defaults(c.model.name))  # e.g. no absolute positions
   if c.model.name == "sparse_transformer" and c.model.num_heads == 1:
     c.model.attention.combine = "merged"  # one head cannot hold two patterns
   return c

@@ -11,7 +11,7 @@ from models import registry
 
 POOLINGS = ("CLS", "MEAN", "SUM")
 PAIR_FEATURES = ("uvpd", "uv")  # [u, v, u*v, u-v] (the paper) or [u, v] (the code shipped)
-POSITIONS = ("sinusoidal", "learned")
+POSITIONS = ("sinusoidal", "learned", "none")  # "none": the mixer encodes positions itself
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -43,6 +43,7 @@ class Block(nn.Module):
   layer_index: int
   mixer: str
   mixer_settings: Any
+  shared: Any  # the module shared by every block's mixer (registry.make_shared), or None
   num_heads: int
   qkv_dim: int
   mlp_dim: int
@@ -54,7 +55,8 @@ class Block(nn.Module):
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     mixer = registry.make(self.mixer, dict(self.mixer_settings), num_heads=self.num_heads,
                           qkv_dim=self.qkv_dim, dropout_rate=self.attention_dropout_rate,
-                          dtype=self.dtype, layer_index=self.layer_index, name="mixer")
+                          dtype=self.dtype, layer_index=self.layer_index, shared=self.shared,
+                          name="mixer")
     drop = nn.Dropout(self.dropout_rate)
     y = mixer(nn.LayerNorm(dtype=self.dtype)(x_BxLxD), mask_BxL, deterministic=deterministic)
     x_BxLxD = x_BxLxD + drop(y, deterministic=deterministic)
@@ -104,12 +106,17 @@ class Encoder(nn.Module):
     elif self.positions == "learned":
       pos_LxD = self.param("pos_embed", nn.initializers.normal(stddev=0.02),
                            (table, self.emb_dim))[:total]
+    elif self.positions == "none":
+      pos_LxD = jnp.zeros((total, self.emb_dim), jnp.float32)
     else:
       raise ValueError(f"unknown positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
     x_BxLxD = (x_BxLxD + pos_LxD[None]).astype(self.dtype)
     x_BxLxD = nn.Dropout(self.dropout_rate)(x_BxLxD, deterministic=deterministic)
+    settings = self.mixer_settings or {}
+    shared = registry.make_shared(self.mixer, settings, num_heads=self.num_heads,
+                                  qkv_dim=self.qkv_dim, dtype=self.dtype)
     for i in range(self.num_layers):
-      x_BxLxD = Block(i, self.mixer, self.mixer_settings or {}, self.num_heads, self.qkv_dim,
+      x_BxLxD = Block(i, self.mixer, settings, shared, self.num_heads, self.qkv_dim,
                       self.mlp_dim, self.dropout_rate, self.attention_dropout_rate,
                       self.dtype, name=f"block_{i}")(x_BxLxD, mask_BxL,
                                                      deterministic=deterministic)

@@ -5,6 +5,10 @@ length) map the L per-head keys and values to k rows each: keys = E K, values = 
 by all heads). The L queries then take ordinary softmax attention over those k rows: time and
 memory O(L k), never L x L. Padded positions are zeroed before projecting, so they add
 nothing to the k rows; an input shorter than N uses the first L columns of E and F.
+
+Sharing (the paper's section 4): "none" (E and F per layer), "kv" (one matrix per layer for
+keys and values) and "layer" (one matrix for keys and values in every layer, owned by the
+encoder through registry.make_shared).
 """
 from __future__ import annotations
 
@@ -15,7 +19,28 @@ import numpy as np
 from models import registry
 from models.attention import OutputProjection, QKVProjection, softmax_attention
 
-SHARINGS = ("none", "kv")
+SHARINGS = ("none", "kv", "layer")
+
+
+def _projection(module: nn.Module, name: str, k: int, length: int):
+  """The k x N matrix `name` of `module`: created from the input length at init, read back
+  as stored after."""
+  # module.param would insist the stored N equal this call's length; a shorter input is fine
+  # (it uses the first columns), so an existing matrix is read without that check.
+  if module.has_variable("params", name):
+    return module.get_variable("params", name)
+  # Fan-in is the sequence axis: each projected row sums over up to N positions.
+  init = nn.initializers.lecun_normal(in_axis=-1, out_axis=-2)
+  return module.param(name, init, (k, length), jnp.float32)
+
+
+class SharedProjection(nn.Module):
+  """Layer-wise sharing: the one E that every layer uses for its keys and values."""
+  k: int
+
+  @nn.compact
+  def __call__(self, length: int):
+    return _projection(self, "E", self.k, length)
 
 
 @registry.register("linformer")
@@ -26,42 +51,38 @@ class LinformerAttention(nn.Module):
   dropout_rate: float = 0.0  # attention-weight dropout
   dtype: str = "float32"
   k: int = 16  # projected length; LRA's Text config asks for 32
-  sharing: str = "none"  # "none": separate E and F; "kv": one matrix for both
+  sharing: str = "none"  # "none": separate E and F; "kv": one for both; "layer": one for all
+  shared: SharedProjection | None = None  # the encoder's E, given when sharing == "layer"
 
   def __post_init__(self):
     # Checked at construction, so models.build rejects a bad config before compiling.
     if not isinstance(self.k, (int, np.integer)) or self.k < 1:
       raise ValueError(f"linformer needs k >= 1, got {self.k!r}")
-    if self.sharing == "layer":
-      # Layer-wise sharing needs one parameter used by every encoder block, but each block
-      # builds its own mixer in its own Flax scope: a mixer cannot declare a parameter that
-      # another block's mixer also uses without the encoder owning and passing it.
-      raise ValueError(
-          "linformer sharing='layer' is not supported: one E shared by all layers would "
-          "have to be owned by the encoder, and a mixer can only declare parameters in its "
-          f"own layer; valid sharing values: {', '.join(SHARINGS)}")
     if self.sharing not in SHARINGS:
       raise ValueError(f"unknown linformer sharing {self.sharing!r}; valid: "
                        f"{', '.join(SHARINGS)}")
     super().__post_init__()
 
-  def _projection(self, name, length):
-    """The k x N matrix: created from the input length at init, read back as stored after."""
-    # self.param would insist the stored N equal this call's length; a shorter input is fine
-    # (it uses the first columns), so an existing matrix is read without that check.
-    if self.has_variable("params", name):
-      return self.get_variable("params", name)
-    # Fan-in is the sequence axis: each projected row sums over up to N positions.
-    init = nn.initializers.lecun_normal(in_axis=-1, out_axis=-2)
-    return self.param(name, init, (self.k, length), jnp.float32)
+  @staticmethod
+  def make_shared(settings, **_):
+    """Called by the encoder in its own scope: one E for all layers when sharing == "layer"."""
+    if settings.get("sharing") != "layer":
+      return None
+    return SharedProjection(settings.get("k", 16), name="shared_projection")
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
                                                     self.dtype)(x_BxLxD)
     length = x_BxLxD.shape[1]
-    e_kxN = self._projection("E", length)
-    f_kxN = e_kxN if self.sharing == "kv" else self._projection("F", length)
+    if self.sharing == "layer":
+      if self.shared is None:
+        raise ValueError("linformer sharing='layer' needs the encoder's shared projection; "
+                         "build the mixer through models.Encoder")
+      e_kxN = f_kxN = self.shared(length)
+    else:
+      e_kxN = _projection(self, "E", self.k, length)
+      f_kxN = e_kxN if self.sharing == "kv" else _projection(self, "F", self.k, length)
     if length > e_kxN.shape[1]:
       raise ValueError(f"linformer input length {length} exceeds the length {e_kxN.shape[1]} "
                        "its projections were initialised with")

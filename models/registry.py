@@ -34,7 +34,7 @@ def names() -> list[str]:
 
 
 # Fields the encoder fills in (a mixer declares the ones it needs); the user sets the others.
-ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index")
+ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index", "shared")
 
 
 def user_settings(name: str) -> list[str]:
@@ -49,6 +49,22 @@ def default_settings(name: str) -> dict[str, Any]:
   fields = {f.name: f for f in dataclasses.fields(get(name))}
   return {k: fields[k].default for k in user_settings(name)
           if fields[k].default is not dataclasses.MISSING}
+
+
+def encoder_defaults(name: str) -> dict[str, Any]:
+  """Encoder settings a mixer needs changed from the base ones (e.g. no absolute positions)."""
+  return dict(getattr(get(name), "ENCODER_DEFAULTS", {}))
+
+
+def make_shared(mixer: str, settings: dict[str, Any], **encoder_fields: Any):
+  """The module whose parameters every block's mixer shares, or None.
+
+  A mixer class may define `make_shared(settings, **encoder_fields)`; the encoder calls this
+  inside its own scope, so the module's parameters live once, in the encoder, and each block's
+  mixer receives it as its `shared` field.
+  """
+  hook = getattr(get(mixer), "make_shared", None)
+  return hook(dict(settings), **encoder_fields) if hook else None
 
 
 def get(name: str) -> type[nn.Module]:

@@ -86,9 +86,11 @@ def test_padding_is_inert_and_gradients_are_finite():
 
 def test_settings_and_errors():
   assert registry.default_settings("linformer") == {"k": 16, "sharing": "none"}
-  with pytest.raises(ValueError, match="layer.*not supported"):
-    _mixer(sharing="layer")
-  with pytest.raises(ValueError, match="none, kv"):
+  with pytest.raises(ValueError, match="needs the encoder's shared"):
+    x, mask, _ = _inputs()
+    jax.eval_shape(lambda: _mixer(sharing="layer").init(jax.random.PRNGKey(0), x, mask,
+                                                        deterministic=True))
+  with pytest.raises(ValueError, match="none, kv, layer"):
     _mixer(sharing="heads")
   with pytest.raises(ValueError, match="k >= 1"):
     _mixer(k=0)
@@ -124,6 +126,44 @@ def test_build_init_apply():
   assert logits.shape == (2, 5) and logits.dtype == jnp.float32
   assert np.all(np.isfinite(logits)) and np.all(np.isfinite(noisy))
   assert not np.allclose(noisy, noisy2)
+
+
+def test_layer_sharing_is_one_matrix_for_every_layer():
+  """sharing="layer" equals per-layer "kv" sharing with every layer's E set to the one E."""
+  settings = lambda sharing: dict(
+      name="linformer", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32, num_layers=3,
+      dropout_rate=0.0, attention_dropout_rate=0.0, attention=dict(k=4, sharing=sharing))
+  build = lambda sharing: models.build(settings(sharing), vocab_size=20, num_classes=5,
+                                       max_len=12, pair=False)
+  shared, per_layer = build("layer"), build("kv")
+  tokens = np.random.default_rng(0).integers(1, 20, size=(2, 12))
+  tokens[1, 7:] = 0
+  tokens = jnp.asarray(tokens)
+
+  def run(tokens):
+    params = shared.init(jax.random.PRNGKey(0), tokens)
+    enc = params["params"]["encoder"]
+    # The reference: the same weights, the one E copied into each layer's own slot.
+    ref = jax.tree_util.tree_map(lambda a: a, params)
+    ref_enc = ref["params"]["encoder"]
+    del ref_enc["shared_projection"]
+    for i in range(3):
+      ref_enc[f"block_{i}"]["mixer"]["E"] = enc["shared_projection"]["E"]
+    loss = lambda p, model: jnp.sum(model.apply(p, tokens) ** 2)
+    grads = jax.grad(loss)(params, shared)
+    ref_grads = jax.grad(loss)(ref, per_layer)
+    return params, shared.apply(params, tokens), per_layer.apply(ref, tokens), grads, ref_grads
+
+  params, out, ref_out, grads, ref_grads = _run(run, tokens)
+  enc = params["params"]["encoder"]
+  assert enc["shared_projection"]["E"].shape == (4, 13)  # max_len + the CLS position
+  assert all("E" not in enc[f"block_{i}"]["mixer"] and "F" not in enc[f"block_{i}"]["mixer"]
+             for i in range(3))
+  np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
+  # The shared E's gradient is the sum of what each layer's copy would get.
+  layer_sum = sum(ref_grads["params"]["encoder"][f"block_{i}"]["mixer"]["E"] for i in range(3))
+  np.testing.assert_allclose(grads["params"]["encoder"]["shared_projection"]["E"], layer_sum,
+                             rtol=1e-4, atol=1e-6)
 
 
 def test_no_length_by_length_array():
