@@ -77,7 +77,7 @@ def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int, emb: int = 6
   c.eval_every = c.checkpoint_every = max(steps // 4, 1)
 
 
-def finish(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def finish(c: ml_collections.ConfigDict, options: set[str]) -> ml_collections.ConfigDict:
   """Mixer settings that depend on the final model size (called last by the task configs)."""
   c.model.update(registry.encoder_defaults(c.model.name))  # e.g. no absolute positions
   if c.model.name == "sparse_transformer" and c.model.num_heads == 1:

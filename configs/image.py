@@ -36,4 +36,4 @@ def get_config(arg=None):
     c.learning_rate = 0.01
   if "cpu" in options:
     base.shrink(c, steps=60, batch=8, emb=32, heads=2, layers=1)
-  return base.finish(c)
+  return base.finish(c, options)

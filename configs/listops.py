@@ -40,4 +40,4 @@ def get_config(arg=None):
     c.learning_rate, c.warmup_steps = 0.05, 200
     c.batch_size = c.eval_batch_size = 64
     c.log_every, c.eval_every, c.checkpoint_every = 50, 250, 250
-  return base.finish(c)
+  return base.finish(c, options)

@@ -51,4 +51,4 @@ def get_config(arg=None):
   if "cpu" in options:
     c.data.data_dir, c.data.num_images = "data/pathfinder32_cpu", 2000
     base.shrink(c, steps=60, batch=8, emb=32, heads=2, layers=1)
-  return base.finish(c)
+  return base.finish(c, options)

@@ -23,4 +23,4 @@ def get_config(arg=None):
     c.data.data_dir, c.data.num_images = "data/pathfinder128_cpu", 40
     base.shrink(c, steps=3, batch=1, emb=16, heads=1, layers=1)
     c.eval_every = c.checkpoint_every = 3  # evaluating 16K-token images is the slow part
-  return base.finish(c)
+  return base.finish(c, options)

@@ -26,4 +26,4 @@ def get_config(arg=None):
   if "cpu" in options:
     c.data.max_len = 512
     base.shrink(c, steps=200, batch=16)
-  return base.finish(c)
+  return base.finish(c, options)
