@@ -1,0 +1,233 @@
+"""Reformer LSH attention (Kitaev et al. 2020): shared query-key, hashed, sorted, chunked.
+
+Each token has one projection qk (queries) and a separate value projection; its key is qk
+normalised to unit length. Per hash round, a random Gaussian matrix R (K x n_buckets/2, per
+head) hashes a vector x to argmax([xR, -xR]), one of n_buckets buckets. The tokens are sorted
+by (bucket, position), the sorted sequence is cut into chunks of chunk_len, and every query
+attends to the keys of its own chunk and of the chunk before it that are in its own bucket
+(the paper's set; `attend_across_buckets=True` keeps the whole two-chunk window). Logits are
+q.k / sqrt(K) (the LRA code multiplied by sqrt(K)). A query does not attend to itself unless it
+has no other key; padded keys never get weight. Outputs go back to token order through the
+inverse permutation (argsort of the sort indices).
+
+Several rounds (n_hashes) are combined as in the paper's appendix: round r's output weighted by
+softmax over rounds of its log-sum-exp z_r. With `dedup` (the paper's m_ij = log N_ij), a key
+found by N rounds has log N subtracted from its logit in each, so the result is exactly softmax
+attention over the union of the rounds' key sets; without it a pair counts once per round.
+
+Memory is O(n_hashes L chunk_len) (logits are per chunk pair), never L x L.
+
+Choices beyond the paper:
+- Padded tokens are sorted after every real bucket, so where they fall cannot move the chunk
+  boundaries between real tokens: real outputs do not depend on padded inputs, and trailing
+  padding gives the same result as the truncated input.
+- The first chunk looks back at nothing (no wrap-around to the last chunk).
+- The rotations are not parameters. With `redraw` (the paper's choice) training draws them
+  afresh each step from the "dropout" rng; evaluation (and training without redraw) uses
+  PRNGKey(seed) folded with layer_index, so evaluation is deterministic and layers differ.
+- Only the attention: the Reformer's reversible layers and chunked feed-forward are memory
+  savings of the whole network, outside the token mixer.
+
+Defaults follow LRA's Reformer: 1 hash round, 10 buckets, chunks of 10 (trax's own default
+chunk is 64, which fills an accelerator's matrix units better).
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from models import registry
+from models.attention import MASK_VALUE, OutputProjection, dropout_weights
+
+# Logit given to a query's own key. Far below any real logit, so self gets weight ~exp(-1e5)
+# whenever another key is allowed, yet far above MASK_VALUE (-1e9, padded or excluded keys), so
+# a query with no other key attends to itself and never to padding. In the round combination,
+# a round that found only self has z ~ -1e5 and so ~zero weight next to a round that found more.
+SELF_VALUE = -1e5
+# Floor on |qk|^2 when normalising keys (a zero vector stays zero instead of NaN).
+_TINY = 1e-12
+# Bucket given to padded tokens so they sort after every real bucket.
+_PAD_BUCKET = np.iinfo(np.int32).max
+
+
+def random_rotations(key, num_heads: int, head_dim: int, n_hashes: int, n_buckets: int):
+  """The hash matrices, HxKxRx(n_buckets/2): Gaussian, as in the authors' code."""
+  return jax.random.normal(key, (num_heads, head_dim, n_hashes, n_buckets // 2), jnp.float32)
+
+
+def hash_buckets(qk_BxLxHxK, rot_HxKxRxN):
+  """Bucket of every token in every round, BxHxRxL: argmax([xR, -xR]) in [0, 2N)."""
+  proj_BxHxRxLxN = jnp.einsum("blhk,hkrn->bhrln", qk_BxLxHxK.astype(jnp.float32), rot_HxKxRxN)
+  return jnp.argmax(jnp.concatenate([proj_BxHxRxLxN, -proj_BxHxRxLxN], axis=-1),
+                    axis=-1).astype(jnp.int32)
+
+
+def _look_back(x_BxHxRxNxcx___):
+  """Per chunk n, chunk n then chunk n-1 side by side: BxHxRxNx(2c)x... (chunk 0's second half
+  is the last chunk, rolled in; callers mask it)."""
+  return jnp.concatenate([x_BxHxRxNxcx___, jnp.roll(x_BxHxRxNxcx___, 1, axis=3)], axis=4)
+
+
+def _gather_rounds(x_BxHxLx___, index_BxHxRxL):
+  """x per round in the order of index: BxHxRxLx... (index along the L axis)."""
+  x_BxHx1xLx___ = x_BxHxLx___[:, :, None]
+  idx = index_BxHxRxL.reshape(index_BxHxRxL.shape + (1,) * (x_BxHxLx___.ndim - 3))
+  return jnp.take_along_axis(x_BxHx1xLx___, idx, axis=3)
+
+
+def lsh_attention(qk_BxLxHxK, v_BxLxHxK, mask_BxL, buckets_BxHxRxL, *, chunk_len: int,
+                  attend_across_buckets: bool = False, dedup: bool = True, dropout_rng=None,
+                  dropout_rate: float = 0.0):
+  """Shared-QK attention within sorted bucket chunks, R rounds combined; returns BxLxHxK.
+
+  `buckets` are any integer bucket ids per head and round (hash_buckets gives the paper's);
+  padded tokens' ids are ignored.
+  """
+  batch, length, heads, dim = qk_BxLxHxK.shape
+  rounds = buckets_BxHxRxL.shape[2]
+  chunk = min(int(chunk_len), length)  # a chunk longer than the input is the whole input
+  extra = -length % chunk
+  pad = lambda t, value=0: jnp.pad(t, [(0, 0), (0, extra)] + [(0, 0)] * (t.ndim - 2),
+                                   constant_values=value)
+  qk_BxPxHxK, v_BxPxHxK = pad(qk_BxLxHxK), pad(v_BxLxHxK)
+  real_BxP = pad(mask_BxL.astype(bool), False)
+  padded_len = length + extra
+  num_chunks = padded_len // chunk
+
+  # Sort each round by (bucket, position); padded tokens after every real bucket.
+  bucket_BxHxRxP = jnp.pad(buckets_BxHxRxL.astype(jnp.int32),
+                           [(0, 0), (0, 0), (0, 0), (0, extra)])
+  bucket_BxHxRxP = jnp.where(real_BxP[:, None, None, :], bucket_BxHxRxP, _PAD_BUCKET)
+  pos_BxHxRxP = jnp.broadcast_to(jnp.arange(padded_len, dtype=jnp.int32), bucket_BxHxRxP.shape)
+  sorted_bucket_BxHxRxP, sort_BxHxRxP = jax.lax.sort((bucket_BxHxRxP, pos_BxHxRxP),
+                                                     dimension=3, num_keys=2)
+  # Slot of each token in each round's sorted order: undoes the sort.
+  undo_BxHxRxP = jnp.argsort(sort_BxHxRxP, axis=3).astype(jnp.int32)
+
+  to_chunks = lambda t: t.reshape(batch, heads, rounds, num_chunks, chunk, *t.shape[4:])
+  q_BxHxRxNxcxK = to_chunks(_gather_rounds(jnp.transpose(qk_BxPxHxK, (0, 2, 1, 3)),
+                                           sort_BxHxRxP))
+  v_BxHxRxNxcxK = to_chunks(_gather_rounds(jnp.transpose(v_BxPxHxK, (0, 2, 1, 3)),
+                                           sort_BxHxRxP))
+  real_BxHxRxNxc = to_chunks(jnp.take_along_axis(real_BxP[:, None, None, :], sort_BxHxRxP,
+                                                 axis=3))
+  pos_q_BxHxRxNxc = to_chunks(sort_BxHxRxP)
+  bucket_q_BxHxRxNxc = to_chunks(sorted_bucket_BxHxRxP)
+
+  # Keys: the shared vectors at unit length (norm in float32).
+  q32 = q_BxHxRxNxcxK.astype(jnp.float32)
+  inv_norm = jax.lax.rsqrt(jnp.maximum(jnp.sum(q32 * q32, axis=-1, keepdims=True), _TINY))
+  k_BxHxRxNxcxK = (q32 * inv_norm).astype(q_BxHxRxNxcxK.dtype)
+
+  k_BxHxRxNx2cxK = _look_back(k_BxHxRxNxcxK)
+  v_BxHxRxNx2cxK = _look_back(v_BxHxRxNxcxK)
+  pos_k_BxHxRxNx2c = _look_back(pos_q_BxHxRxNxc)
+  # Chunk 0 has no chunk before it.
+  window_Nx2c = jnp.concatenate(
+      [jnp.ones((num_chunks, chunk), bool),
+       jnp.broadcast_to((jnp.arange(num_chunks) > 0)[:, None], (num_chunks, chunk))], axis=1)
+  allowed_BxHxRxNxcx2c = (window_Nx2c[None, None, None, :, None, :]
+                          & _look_back(real_BxHxRxNxc)[..., None, :])
+  if not attend_across_buckets:
+    allowed_BxHxRxNxcx2c &= (bucket_q_BxHxRxNxc[..., :, None]
+                             == _look_back(bucket_q_BxHxRxNxc)[..., None, :])
+  self_BxHxRxNxcx2c = pos_q_BxHxRxNxc[..., :, None] == pos_k_BxHxRxNx2c[..., None, :]
+
+  scale = dim ** -0.5
+  logits_BxHxRxNxcx2c = jnp.einsum("bhrnqk,bhrnmk->bhrnqm", q_BxHxRxNxcxK * scale,
+                                   k_BxHxRxNx2cxK, preferred_element_type=jnp.float32)
+  if dedup and rounds > 1:
+    # N_ij: in how many rounds key j is in query i's set (>= 1 for an allowed pair).
+    chunk_of_BxHxRxP = undo_BxHxRxP // chunk
+    count_BxHxRxNxcx2c = jnp.zeros(logits_BxHxRxNxcx2c.shape, jnp.float32)
+    for other in range(rounds):
+      at = lambda t: to_chunks(jnp.take_along_axis(t[:, :, other:other + 1], sort_BxHxRxP,
+                                                   axis=3))
+      chunk_q_BxHxRxNxc = at(chunk_of_BxHxRxP)
+      chunk_k_BxHxRxNx2c = _look_back(chunk_q_BxHxRxNxc)
+      diff = chunk_q_BxHxRxNxc[..., :, None] - chunk_k_BxHxRxNx2c[..., None, :]
+      member = (diff == 0) | (diff == 1)
+      if not attend_across_buckets:
+        bucket_other_BxHxRxNxc = at(bucket_BxHxRxP)
+        member &= (bucket_other_BxHxRxNxc[..., :, None]
+                   == _look_back(bucket_other_BxHxRxNxc)[..., None, :])
+      count_BxHxRxNxcx2c += member.astype(jnp.float32)
+    logits_BxHxRxNxcx2c -= jnp.log(jnp.maximum(count_BxHxRxNxcx2c, 1.0))
+  logits_BxHxRxNxcx2c = jnp.where(allowed_BxHxRxNxcx2c, logits_BxHxRxNxcx2c, MASK_VALUE)
+  logits_BxHxRxNxcx2c = jnp.where(allowed_BxHxRxNxcx2c & self_BxHxRxNxcx2c, SELF_VALUE,
+                                  logits_BxHxRxNxcx2c)
+
+  lse_BxHxRxNxc = jax.nn.logsumexp(logits_BxHxRxNxcx2c, axis=-1)
+  weights_BxHxRxNxcx2c = jnp.exp(logits_BxHxRxNxcx2c - lse_BxHxRxNxc[..., None])
+  if dropout_rng is not None and dropout_rate > 0.0:
+    weights_BxHxRxNxcx2c = dropout_weights(dropout_rng, weights_BxHxRxNxcx2c, dropout_rate)
+  o_BxHxRxNxcxK = jnp.einsum("bhrnqm,bhrnmk->bhrnqk",
+                             weights_BxHxRxNxcx2c.astype(v_BxHxRxNx2cxK.dtype), v_BxHxRxNx2cxK)
+
+  # Back to token order, then each round weighted by softmax over rounds of its z.
+  flat = lambda t: t.reshape(batch, heads, rounds, padded_len, *t.shape[5:])
+  o_BxHxRxPxK = jnp.take_along_axis(flat(o_BxHxRxNxcxK), undo_BxHxRxP[..., None], axis=3)
+  lse_BxHxRxP = jnp.take_along_axis(flat(lse_BxHxRxNxc), undo_BxHxRxP, axis=3)
+  round_w_BxHxRxP = jax.nn.softmax(lse_BxHxRxP, axis=2)
+  y_BxPxHxK = jnp.einsum("bhrp,bhrpk->bphk", round_w_BxHxRxP.astype(o_BxHxRxPxK.dtype),
+                         o_BxHxRxPxK)
+  return y_BxPxHxK[:, :length]
+
+
+def _positive_int(value) -> bool:
+  return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+
+
+@registry.register("reformer")
+class ReformerAttention(nn.Module):
+  """LSH attention on a shared query-key projection (per head), n_hashes rounds."""
+  num_heads: int
+  qkv_dim: int
+  dropout_rate: float = 0.0  # attention-weight dropout
+  dtype: str = "float32"
+  layer_index: int = 0  # decorrelates the fixed hashes of different layers
+  n_hashes: int = 1  # hash rounds (LRA: 1)
+  n_buckets: int = 10  # buckets per round, even (LRA: 10)
+  chunk_len: int = 10  # sorted chunk length; each chunk also sees the one before (LRA: 10)
+  attend_across_buckets: bool = False  # False: only same-bucket keys in the window (paper)
+  dedup: bool = True  # count a key found by several rounds once (paper's log N_ij term)
+  redraw: bool = True  # fresh hashes every training step, from the "dropout" rng (paper)
+  seed: int = 0  # the fixed hashes used in evaluation (and in training without redraw)
+
+  def __post_init__(self):
+    # Checked at construction, so models.build rejects a bad config before compiling.
+    if not _positive_int(self.n_hashes):
+      raise ValueError(f"reformer needs n_hashes >= 1, got {self.n_hashes!r}")
+    if not _positive_int(self.n_buckets) or self.n_buckets % 2:
+      raise ValueError(f"reformer needs n_buckets even and >= 2, got {self.n_buckets!r}")
+    if not _positive_int(self.chunk_len):
+      raise ValueError(f"reformer needs chunk_len >= 1, got {self.chunk_len!r}")
+    super().__post_init__()
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    if self.qkv_dim % self.num_heads:
+      raise ValueError(f"qkv_dim {self.qkv_dim} is not divisible by num_heads {self.num_heads}")
+    head_dim = self.qkv_dim // self.num_heads
+    # The same initialisation as QKVProjection, but one query-key projection, not two.
+    dense = lambda name: nn.DenseGeneral(
+        (self.num_heads, head_dim), use_bias=False, dtype=self.dtype,
+        kernel_init=nn.initializers.xavier_uniform(), name=name)
+    qk_BxLxHxK, v_BxLxHxK = dense("query_key")(x_BxLxD), dense("value")(x_BxLxD)
+
+    if self.redraw and not deterministic:
+      key = self.make_rng("dropout")
+    else:
+      key = jax.random.fold_in(jax.random.PRNGKey(self.seed), self.layer_index)
+    rot_HxKxRxN = random_rotations(key, self.num_heads, head_dim, int(self.n_hashes),
+                                   int(self.n_buckets))
+    buckets_BxHxRxL = hash_buckets(qk_BxLxHxK, rot_HxKxRxN)
+
+    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    y_BxLxHxK = lsh_attention(qk_BxLxHxK, v_BxLxHxK, mask_BxL, buckets_BxHxRxL,
+                              chunk_len=int(self.chunk_len),
+                              attend_across_buckets=self.attend_across_buckets,
+                              dedup=self.dedup, dropout_rng=rng, dropout_rate=self.dropout_rate)
+    return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxLxHxK)
