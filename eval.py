@@ -3,11 +3,14 @@
   python eval.py accuracy runs/ [--speed=eval_out/speed.json] [--out=eval_out]
   python eval.py speed [--models=transformer] [--lengths=1024,2048,3072,4096] [--batch=32]
                        [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
+                       [--set KEY=VALUE ...]
 
 `accuracy` reads the results.json of finished runs (a folder of many runs will do) and writes
 accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json). `speed` measures the real
 train step of every model at every length, each in a fresh process, and writes
-speed.{md,csv,json} and scaling.png.
+speed.{md,csv,json} and scaling.png. `--set` overrides any config.model field for every model
+(after the size flags; values are Python literals), e.g. `--set reversible=True --set
+num_layers=12`, or a mixer setting as `--set attention.NAME=VALUE`.
 """
 import argparse
 import json
@@ -57,15 +60,21 @@ def _speed(args) -> None:
   models = args.models.split(",") if args.models else registry.names()
   lengths = [int(x) for x in args.lengths.split(",")]
   size = {k: getattr(args, k) for k in benchmark.TEXT_BASE_SIZE}
+  sets = benchmark.parse_sets(args.sets)
+  from configs import base
+  # Every model has the same config.model fields (mixer settings are checked per model).
+  benchmark.override(base.base_config("transformer").model,
+                     {k: v for k, v in sets.items() if not k.startswith("attention.")})
   machine = benchmark.machine_in_fresh_process(args.dtype)
-  machine.update(batch=args.batch, model_size=size, dtype=args.dtype)
+  machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype)
   print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "
         f"{machine['matmul_peak_flops_per_s'] / 1e9:.0f} GFLOP/s ({args.dtype})", flush=True)
   rows = []
   for model in models:
     for length in lengths:
       row = benchmark.run_in_fresh_process(model, length, args.batch, size, args.dtype,
-                                           args.repeats, args.timeout, tuple(args.imports))
+                                           args.repeats, args.timeout, tuple(args.imports),
+                                           tuple(args.sets))
       row["matmul_peak_flops_per_s"] = machine["matmul_peak_flops_per_s"]
       rows.append(row)
       shown = (f"{row['steps_per_s']:.3f} steps/s" if row["status"] == "ok" else row["status"])
@@ -104,6 +113,9 @@ def parser() -> argparse.ArgumentParser:
   s.add_argument("--timeout", type=float, default=1800, help="seconds per (model, length)")
   s.add_argument("--import", dest="imports", action="append", default=[],
                  help="a module to import in each measuring process (registers a new mixer)")
+  s.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                 help="override a config.model field for every model, after the size flags "
+                      "(repeatable), e.g. --set reversible=True --set num_layers=12")
   s.add_argument("--out", default="eval_out")
   s.set_defaults(run=_speed)
   return p

@@ -45,12 +45,21 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.model.use_cls = True         # prepend a zero-initialised CLS token
   c.model.pooling = "CLS"        # "CLS", "MEAN" or "SUM" (padding excluded)
   c.model.dtype = "float32"      # compute dtype; "bfloat16" on GPU/TPU (params stay float32)
+  c.model.norm = "layer"         # block norms: "layer", or "batch" (per channel over the batch
+                                 # and the real tokens, running averages for evaluation)
+  c.model.prenorm = True         # x + f(norm(x)); False: post-norm norm(x + f(x)), no final norm
+  c.model.feedforward = True     # False: blocks without the MLP (mixers with their own output MLP)
+  c.model.ffn_chunks = 1         # run the block MLP over this many sequence chunks (less memory)
+  c.model.reversible = False     # reversible residual layers: activation memory flat in depth
 
   c.batch_size = 32              # global batch, split over all devices and hosts
   c.eval_batch_size = 32         # global batch for validation and test
   c.num_train_steps = 5000
   c.schedule = "rsqrt"           # "rsqrt" (warmup then 1/sqrt(t)), "cosine" or "constant"
   c.learning_rate = 0.05         # peak factor of the schedule
+  # Peak for a state-space mixer's OPTIMIZER_GROUP (its step size, A, B: no weight decay);
+  # 0 = the same as learning_rate. Other models ignore it.
+  c.ssm_learning_rate = 0.0
   c.warmup_steps = 1000
   c.weight_decay = 0.1           # AdamW decoupled weight decay
   c.adam_b1 = 0.9
@@ -80,6 +89,9 @@ def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int, emb: int = 6
 def finish(c: ml_collections.ConfigDict, options: set[str]) -> ml_collections.ConfigDict:
   """Mixer settings that depend on the final model size (called last by the task configs)."""
   c.model.update(registry.encoder_defaults(c.model.name))  # e.g. no absolute positions
+  from configs import published  # pylint: disable=import-outside-toplevel
+  if published.has_table(c.model.name):  # the state-space papers' LRA hyperparameters
+    published.apply(c, options)
   if c.model.name == "sparse_transformer" and c.model.num_heads == 1:
     c.model.attention.combine = "merged"  # one head cannot hold two patterns
   return c

@@ -7,6 +7,7 @@ child process that measures one (model, length) and prints one JSON line.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import json
 import os
@@ -37,7 +38,46 @@ def matmul_peak_flops(dtype: str = "float32", seconds: float = 1.0) -> float:
   return best
 
 
-def _config(model: str, length: int, batch: int, size: dict[str, int], dtype: str):
+def parse_sets(items: list[str]) -> dict[str, Any]:
+  """['reversible=True', 'norm=batch'] -> {'reversible': True, 'norm': 'batch'}.
+
+  Values are Python literals (True, 12, 0.5, "x", None); anything else is taken as a string.
+  """
+  sets = {}
+  for item in items:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+      raise ValueError(f"--set {item!r} is not KEY=VALUE (e.g. --set reversible=True)")
+    try:
+      value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+      value = text.strip()
+    sets[key.strip()] = value
+  return sets
+
+
+def override(model_config, sets: dict[str, Any]) -> None:
+  """Sets config.model fields ('attention.NAME' for a mixer setting); an unknown key is an
+  error naming the valid ones."""
+  for key, value in sets.items():
+    if key == "name":
+      raise ValueError("--set name=...: choose the models with --models")
+    node, path = model_config, key.split(".")
+    for i, part in enumerate(path):
+      if part not in node:
+        where = ".".join(["config.model", *path[:i]])
+        raise ValueError(f"--set {key}: {where} has no field {part!r}; valid: "
+                         f"{', '.join(sorted(node.keys()))}")
+      if i < len(path) - 1:
+        node = node[part]
+    try:
+      node[path[-1]] = value
+    except TypeError as e:  # ml_collections keeps each field's type
+      raise ValueError(f"--set {key}={value!r}: {e}") from None
+
+
+def _config(model: str, length: int, batch: int, size: dict[str, int], dtype: str,
+            sets: dict[str, Any] | None = None):
   from configs import text
   c = text.get_config(model)
   c.data.max_len = length
@@ -45,17 +85,21 @@ def _config(model: str, length: int, batch: int, size: dict[str, int], dtype: st
   c.model.dtype = dtype
   for key, value in size.items():
     c.model[key] = value
+  override(c.model, sets or {})
   return c
 
 
 def measure(model: str, length: int, batch: int, size: dict[str, int], dtype: str = "float32",
-            repeats: int = 5, steps_per_repeat: int = 3) -> dict[str, Any]:
-  """Compiles and times the real train step (forward, backward, AdamW update) in this process."""
+            repeats: int = 5, steps_per_repeat: int = 3,
+            sets: dict[str, Any] | None = None) -> dict[str, Any]:
+  """Compiles and times the real train step (forward, backward, AdamW update) in this process.
+
+  `sets` overrides config.model fields after `size` (e.g. {"reversible": True})."""
   import jax
   import numpy as np
   from lra import tasks, trainer
   row: dict[str, Any] = {"model": model, "length": length, "batch": batch, "status": "ok"}
-  config = _config(model, length, batch, size, dtype)
+  config = _config(model, length, batch, size, dtype, sets)
   rng = np.random.default_rng(0)
   split = {"inputs": rng.integers(1, 257, size=(batch, length)).astype(np.int32),
            "labels": rng.integers(0, 2, size=batch).astype(np.int32)}
@@ -104,13 +148,15 @@ def _failure(model: str, length: int, batch: int, message: str) -> dict[str, Any
 
 def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, int],
                          dtype: str, repeats: int, timeout_s: float,
-                         imports: tuple[str, ...] = ()) -> dict[str, Any]:
+                         imports: tuple[str, ...] = (),
+                         sets: tuple[str, ...] = ()) -> dict[str, Any]:
   """One (model, length) per process, so no model's peak memory counts for another."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   command = [sys.executable, "-m", "lra.benchmark", "--one", "--model", model,
              "--length", str(length), "--batch", str(batch), "--dtype", dtype,
              "--repeats", str(repeats), "--size", json.dumps(size)]
   command += [f"--import={module}" for module in imports]
+  command += [f"--set={item}" for item in sets]
   env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
   try:
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,
@@ -157,6 +203,8 @@ def main(argv=None) -> None:
   p.add_argument("--size", default=json.dumps(TEXT_BASE_SIZE))
   p.add_argument("--import", dest="imports", action="append", default=[],
                  help="a module to import first (one that registers a new mixer)")
+  p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                 help="override a config.model field after --size (repeatable)")
   args = p.parse_args(argv)
   if args.machine:
     machine = describe_machine()
@@ -169,7 +217,7 @@ def main(argv=None) -> None:
     for module in args.imports:
       importlib.import_module(module)
     row = measure(args.model, args.length, args.batch, json.loads(args.size), args.dtype,
-                  args.repeats)
+                  args.repeats, sets=parse_sets(args.sets))
   except Exception as e:  # reported as a table cell, never a crash of the whole table
     row = _failure(args.model, args.length, args.batch, f"{type(e).__name__}: {e}")
   print(json.dumps(row), flush=True)

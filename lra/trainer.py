@@ -33,6 +33,12 @@ def make_mesh(devices=None) -> Mesh:
   return Mesh(np.asarray(devices), ("data",))
 
 
+class TrainState(train_state.TrainState):
+  """Flax's TrainState plus the model's batch statistics: BatchNorm's running averages
+  (config.model.norm="batch"), updated by every train step, used by evaluation; {} if none."""
+  batch_stats: Any = None
+
+
 def build_model(config, task: tasks.Task):
   try:
     return models.build(config.model.to_dict(), vocab_size=task.vocab_size,
@@ -41,11 +47,12 @@ def build_model(config, task: tasks.Task):
     raise UserError(str(e)) from None
 
 
-def _logits(model, pair: bool, params, batch, **kwargs):
+def _logits(model, pair: bool, params, batch_stats, batch, **kwargs):
+  variables = {**params, "batch_stats": batch_stats}
   if pair:
-    return model.apply(params, batch["inputs"], batch["inputs2"], batch.get("mask"),
+    return model.apply(variables, batch["inputs"], batch["inputs2"], batch.get("mask"),
                        batch.get("mask2"), **kwargs)
-  return model.apply(params, batch["inputs"], batch.get("mask"), **kwargs)
+  return model.apply(variables, batch["inputs"], batch.get("mask"), **kwargs)
 
 
 def _sums(logits_BxC, labels_B, weights_B):
@@ -67,15 +74,18 @@ def make_steps(model, pair: bool, mesh: Mesh):
     step_rng = jax.random.fold_in(rng, state.step)  # resumed runs continue the same stream
 
     def loss_fn(params):
-      logits = _logits(model, pair, params, batch, deterministic=False,
-                       rngs={"dropout": step_rng})
+      # Gradients only for the parameters; the batch statistics come back updated.
+      logits, updated = _logits(model, pair, params, state.batch_stats, batch,
+                                deterministic=False, rngs={"dropout": step_rng},
+                                mutable=["batch_stats"])
       loss_B = optax.softmax_cross_entropy_with_integer_labels(
           logits.astype(jnp.float32), batch["labels"])
-      return jnp.mean(loss_B), logits
+      return jnp.mean(loss_B), (logits, updated.get("batch_stats", state.batch_stats))
 
-    (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        state.params)
     metrics = _sums(logits, batch["labels"], jnp.ones_like(batch["labels"], jnp.float32))
-    new_state = state.apply_gradients(grads=grads)
+    new_state = state.apply_gradients(grads=grads).replace(batch_stats=batch_stats)
     # The new parameters too: a checkpoint is saved only if everything so far was finite.
     finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(new_state.params))
     metrics["finite"] = finite.astype(jnp.float32)
@@ -83,7 +93,7 @@ def make_steps(model, pair: bool, mesh: Mesh):
     return new_state, metrics
 
   def eval_step(state, batch):
-    logits = _logits(model, pair, state.params, batch, deterministic=True)
+    logits = _logits(model, pair, state.params, state.batch_stats, batch, deterministic=True)
     return _sums(logits, batch["labels"], batch["weights"])
 
   train = jax.jit(train_step, in_shardings=(replicated, sharded, replicated),
@@ -113,8 +123,9 @@ def create_state(model, task: tasks.Task, config, mesh: Mesh):
   tx = optim.optimizer(config)
 
   def init(rng):
-    params = model.init(rng, *inputs)
-    return train_state.TrainState.create(apply_fn=model.apply, params=params, tx=tx)
+    variables = model.init(rng, *inputs)
+    return TrainState.create(apply_fn=model.apply, params={"params": variables["params"]},
+                             tx=tx, batch_stats=variables.get("batch_stats", {}))
 
   rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 0)
   try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from models import registry
 
@@ -61,18 +62,104 @@ def softmax_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
   return jnp.einsum("bhlm,bmhk->blhk", weights_BxHxLxM, v_BxMxHxK)
 
 
+IMPLEMENTATIONS = ("dense", "chunked", "cudnn", "auto")
+
+
+def resolve_implementation(implementation: str, *, backend: str, dtype: str,
+                           dropout_rate: float, head_dim: int) -> str:
+  """The implementation FullAttention runs: "auto" becomes "cudnn" where cuDNN's fused kernel
+  applies (GPU, 16-bit compute, no attention dropout, head dim a multiple of 8 up to 128), else
+  "chunked"; "cudnn" where it does not apply is an error naming the reason."""
+  problems = []
+  if backend != "gpu":
+    problems.append(f"a GPU (this run's backend is {backend!r})")
+  if dtype not in ("bfloat16", "float16"):
+    problems.append(f"dtype bfloat16 or float16 (got {dtype!r})")
+  if dropout_rate > 0.0:
+    problems.append(f"no attention-weight dropout (got attention_dropout_rate={dropout_rate})")
+  if head_dim % 8 or head_dim > 128:
+    problems.append(f"a head dim (qkv_dim / num_heads) that is a multiple of 8 up to 128 "
+                    f"(got {head_dim})")
+  if implementation == "auto":
+    return "chunked" if problems else "cudnn"
+  if implementation == "cudnn" and problems:
+    raise ValueError("transformer implementation 'cudnn' needs " + "; ".join(problems) +
+                     ". Use implementation 'chunked' (exact, O(N) memory) or 'auto'.")
+  return implementation
+
+
+def cudnn_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *, fallback,
+                    implementation: str = "cudnn"):
+  """softmax_attention through cuDNN's fused kernel (jax.nn.dot_product_attention).
+
+  The kernel takes padding as per-example key counts (a boolean mask would become an L x L
+  bias, with its gradient). Counts describe trailing padding, as in every LRA task; a batch
+  with a hole in its mask, or an example without a real key, runs `fallback()` instead (an
+  exact implementation), so the result never depends on the padding being trailing.
+  `implementation` is for the tests: "xla" is the same call on any backend.
+  """
+  lengths_B = jnp.sum(key_mask_BxM, axis=1, dtype=jnp.int32)
+  positions_M = jnp.arange(key_mask_BxM.shape[1])
+  trailing = jnp.all(key_mask_BxM == (positions_M[None, :] < lengths_B[:, None]))
+  fused = lambda: jax.nn.dot_product_attention(
+      q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_value_seq_lengths=lengths_B,
+      implementation=implementation)
+  return jax.lax.cond(trailing & jnp.all(lengths_B > 0), fused, fallback)
+
+
 @registry.register("transformer")
 class FullAttention(nn.Module):
-  """Vaswani et al. 2017: every token attends to every non-padded token."""
+  """Vaswani et al. 2017: every token attends to every non-padded token.
+
+  `implementation` picks how the same attention is computed; the parameters are the same in
+  all, so a checkpoint trained with one runs with any other:
+    "dense": the LxL logits at once (softmax_attention).
+    "chunked": exact, memory O(L) (Rabe and Staats 2021; models/chunked_attention.py), chunks
+      of query_chunk queries by key_chunk keys. Attention dropout draws its mask per chunk,
+      so with dropout it is the same distribution but not the same mask as "dense".
+    "cudnn": cuDNN's fused kernel through jax.nn.dot_product_attention: GPU only, bfloat16 or
+      float16 compute, no attention dropout; padding other than trailing runs "chunked".
+    "auto": "cudnn" where it applies, else "chunked".
+  """
   num_heads: int
   qkv_dim: int
   dropout_rate: float = 0.0  # attention-weight dropout
   dtype: str = "float32"
+  implementation: str = "dense"  # "dense", "chunked", "cudnn" or "auto" (see above)
+  # Chunk sizes of "chunked": any length works (it is split into equal chunks of at most this
+  # size). 256 x 256 was the fastest tried on a 2-core CPU (train step at 1K and 4K tokens,
+  # batch 2, emb 128, 4 heads: 128-1024 tried); accelerators may prefer larger chunks.
+  query_chunk: int = 256
+  key_chunk: int = 256
+
+  def __post_init__(self):
+    # Checked at construction, so models.build rejects a bad config before compiling.
+    if self.implementation not in IMPLEMENTATIONS:
+      raise ValueError(f"unknown transformer implementation {self.implementation!r}; valid: "
+                       f"{', '.join(IMPLEMENTATIONS)}")
+    for name in ("query_chunk", "key_chunk"):
+      value = getattr(self, name)
+      if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"transformer {name} must be an integer >= 1, got {value!r}")
+    super().__post_init__()
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype)(x_BxLxD)
+    implementation = resolve_implementation(
+        self.implementation, backend=jax.default_backend(), dtype=self.dtype,
+        dropout_rate=self.dropout_rate, head_dim=self.qkv_dim // self.num_heads)
     rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
-    y_BxLxHxK = softmax_attention(q, k, v, mask_BxL, dropout_rng=rng,
-                                  dropout_rate=self.dropout_rate)
+    # Imported here: models.chunked_attention itself imports this module's MASK_VALUE.
+    from models.chunked_attention import chunked_attention
+    if implementation == "dense":
+      y_BxLxHxK = softmax_attention(q, k, v, mask_BxL, dropout_rng=rng,
+                                    dropout_rate=self.dropout_rate)
+    elif implementation == "chunked":
+      y_BxLxHxK = chunked_attention(q, k, v, mask_BxL, query_chunk=self.query_chunk,
+                                    key_chunk=self.key_chunk, dropout_rng=rng,
+                                    dropout_rate=self.dropout_rate)
+    else:
+      y_BxLxHxK = cudnn_attention(q, k, v, mask_BxL, fallback=lambda: chunked_attention(
+          q, k, v, mask_BxL, query_chunk=self.query_chunk, key_chunk=self.key_chunk))
     return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxLxHxK)

@@ -7,11 +7,14 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
+from models import registry, reversible
 
 POOLINGS = ("CLS", "MEAN", "SUM")
 PAIR_FEATURES = ("uvpd", "uv")  # [u, v, u*v, u-v] (the paper) or [u, v] (the code shipped)
 POSITIONS = ("sinusoidal", "learned", "none")  # "none": the mixer encodes positions itself
+NORMS = ("layer", "batch")
+# BatchNorm's running averages: new = 0.9 old + 0.1 batch (PyTorch's default, as S4's runs used).
+BATCH_NORM_MOMENTUM = 0.9
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -24,22 +27,87 @@ def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
   return table_LxD
 
 
-class MLP(nn.Module):
+class FeedForward(nn.Module):
+  """Dense(mlp_dim)-GELU-Dropout-Dense(D) on one input (the whole sequence or one chunk)."""
   mlp_dim: int
   dropout_rate: float
   dtype: str
+  deterministic: bool
+
+  @nn.compact
+  def __call__(self, x_BxLxD):
+    init = nn.initializers.xavier_uniform()
+    h_BxLxF = nn.Dense(self.mlp_dim, dtype=self.dtype, kernel_init=init, name="Dense_0")(x_BxLxD)
+    h_BxLxF = nn.gelu(h_BxLxF)
+    h_BxLxF = nn.Dropout(self.dropout_rate)(h_BxLxF, deterministic=self.deterministic)
+    return nn.Dense(x_BxLxD.shape[-1], dtype=self.dtype, kernel_init=init, name="Dense_1")(h_BxLxF)
+
+
+class _FeedForwardChunk(FeedForward):
+  """The scan body: (carry, chunk) -> (carry, FeedForward(chunk))."""
+
+  @nn.compact
+  def __call__(self, carry, x_BxCxD):
+    return carry, super().__call__(x_BxCxD)
+
+
+class MLP(nn.Module):
+  """The block's feed-forward sub-layer; with chunks > 1, applied over sequence chunks.
+
+  Chunked, a scan walks over `chunks` slices of the sequence, each rematerialised in the
+  backward pass, so the L x mlp_dim hidden exists for one chunk at a time (forward and
+  backward). The parameters are the same either way (Dense_0, Dense_1 in this module's scope);
+  only dropout draws differ (one key per chunk).
+  """
+  mlp_dim: int
+  dropout_rate: float
+  dtype: str
+  chunks: int = 1
 
   @nn.compact
   def __call__(self, x_BxLxD, *, deterministic: bool):
-    init = nn.initializers.xavier_uniform()
-    h_BxLxF = nn.Dense(self.mlp_dim, dtype=self.dtype, kernel_init=init)(x_BxLxD)
-    h_BxLxF = nn.gelu(h_BxLxF)
-    h_BxLxF = nn.Dropout(self.dropout_rate)(h_BxLxF, deterministic=deterministic)
-    return nn.Dense(x_BxLxD.shape[-1], dtype=self.dtype, kernel_init=init)(h_BxLxF)
+    fields = (self.mlp_dim, self.dropout_rate, self.dtype, deterministic)
+    batch, length, dim = x_BxLxD.shape
+    chunks = min(int(self.chunks), length)
+    if chunks <= 1:
+      ffn = FeedForward(*fields)
+      nn.share_scope(self, ffn)  # its Dense_0, Dense_1 live directly in this module
+      return ffn(x_BxLxD)
+    size = -(-length // chunks)  # the last chunk is zero-padded, its extra rows dropped
+    x_BxPxD = jnp.pad(x_BxLxD, ((0, 0), (0, size * chunks - length), (0, 0)))
+    x_NxBxCxD = jnp.moveaxis(x_BxPxD.reshape(batch, chunks, size, dim), 1, 0)
+    scan = nn.scan(nn.remat(_FeedForwardChunk), variable_broadcast="params",
+                   split_rngs={"params": False, "dropout": True}, length=chunks)
+    step = scan(*fields)
+    nn.share_scope(self, step)  # the same parameter names as unchunked
+    _, y_NxBxCxD = step(None, x_NxBxCxD)
+    return jnp.moveaxis(y_NxBxCxD, 0, 1).reshape(batch, size * chunks, dim)[:, :length]
+
+
+def normalize(kind: str, dtype: str, x_BxLxD, mask_BxL, *, deterministic: bool,
+              name: str | None = None):
+  """LayerNorm, or BatchNorm per channel over the batch and the real (unpadded) tokens.
+
+  BatchNorm keeps running averages in the "batch_stats" collection (updated when not
+  deterministic, used when deterministic). Built in the caller's scope.
+  """
+  if kind == "layer":
+    return nn.LayerNorm(dtype=dtype, name=name)(x_BxLxD)
+  if kind == "batch":
+    norm = nn.BatchNorm(use_running_average=deterministic, momentum=BATCH_NORM_MOMENTUM,
+                        epsilon=1e-5, dtype=dtype, name=name)
+    return norm(x_BxLxD, mask=mask_BxL[..., None])
+  raise ValueError(f"unknown norm {kind!r}; valid: {', '.join(NORMS)}")
 
 
 class Block(nn.Module):
-  """Pre-LayerNorm residual block: x + mixer(LN(x)), then x + MLP(LN(x))."""
+  """Residual block: a token-mixer sub-layer, then (unless feedforward=False) an MLP one.
+
+  Pre-norm (default): x + dropout(f(norm(x))); post-norm: norm(x + dropout(f(x))).
+  With `branch` ("mixer" or "mlp") it returns that sub-layer's residual branch alone,
+  dropout(f(norm(x))): the f and g of a reversible layer (models/reversible.py).
+  Parameter names: mixer, LayerNorm_0 (or BatchNorm_0), LayerNorm_1, MLP_0.
+  """
   layer_index: int
   mixer: str
   mixer_settings: Any
@@ -50,19 +118,65 @@ class Block(nn.Module):
   dropout_rate: float
   attention_dropout_rate: float
   dtype: str
+  ffn_chunks: int = 1
+  feedforward: bool = True
+  norm: str = "layer"
+  prenorm: bool = True
 
   @nn.compact
-  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
-    mixer = registry.make(self.mixer, dict(self.mixer_settings), num_heads=self.num_heads,
-                          qkv_dim=self.qkv_dim, dropout_rate=self.attention_dropout_rate,
-                          dtype=self.dtype, layer_index=self.layer_index, shared=self.shared,
-                          name="mixer")
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool, branch: str | None = None):
     drop = nn.Dropout(self.dropout_rate)
-    y = mixer(nn.LayerNorm(dtype=self.dtype)(x_BxLxD), mask_BxL, deterministic=deterministic)
-    x_BxLxD = x_BxLxD + drop(y, deterministic=deterministic)
-    y = MLP(self.mlp_dim, self.dropout_rate, self.dtype)(
-        nn.LayerNorm(dtype=self.dtype)(x_BxLxD), deterministic=deterministic)
-    return x_BxLxD + drop(y, deterministic=deterministic)
+
+    def mixer(h_BxLxD):
+      module = registry.make(self.mixer, dict(self.mixer_settings), num_heads=self.num_heads,
+                             qkv_dim=self.qkv_dim, dropout_rate=self.attention_dropout_rate,
+                             dtype=self.dtype, layer_index=self.layer_index,
+                             shared=self.shared, name="mixer")
+      return module(h_BxLxD, mask_BxL, deterministic=deterministic)
+
+    def mlp(h_BxLxD):
+      return MLP(self.mlp_dim, self.dropout_rate, self.dtype, self.ffn_chunks,
+                 name="MLP_0")(h_BxLxD, deterministic=deterministic)
+
+    def norm(index, h_BxLxD):  # explicit names: a branch alone builds the same ones
+      name = f"{'LayerNorm' if self.norm == 'layer' else 'BatchNorm'}_{index}"
+      return normalize(self.norm, self.dtype, h_BxLxD, mask_BxL, deterministic=deterministic,
+                       name=name)
+
+    def residual_branch(index, f, h_BxLxD):
+      return drop(f(norm(index, h_BxLxD)), deterministic=deterministic)
+
+    if branch is not None:
+      if branch not in ("mixer", "mlp"):
+        raise ValueError(f"unknown branch {branch!r}; valid: mixer, mlp")
+      return residual_branch(0, mixer, x_BxLxD) if branch == "mixer" else \
+          residual_branch(1, mlp, x_BxLxD)
+    sublayers = [mixer, mlp] if self.feedforward else [mixer]
+    for index, f in enumerate(sublayers):
+      if self.prenorm:
+        x_BxLxD = x_BxLxD + residual_branch(index, f, x_BxLxD)
+      else:
+        x_BxLxD = norm(index, x_BxLxD + drop(f(x_BxLxD), deterministic=deterministic))
+    return x_BxLxD
+
+
+class _BlockBranch(nn.Module):
+  """One block's residual branch from explicit parameters (a reversible layer's f or g).
+
+  Applied functionally ({"params": {"block": ..., SHARED: ...}}) inside the reversible stack's
+  custom VJP; it builds its own copy of the encoder's shared module, so the shared parameters
+  are passed in (and get their gradient) like the block's own.
+  """
+  block: Any  # Block's fields other than layer_index, shared and name (a dict)
+  layer_index: int
+
+  @nn.compact
+  def __call__(self, branch, x_BxLxD, mask_BxL, *, deterministic: bool):
+    b = self.block
+    shared = registry.make_shared(b["mixer"], b["mixer_settings"], num_heads=b["num_heads"],
+                                  qkv_dim=b["qkv_dim"], dtype=b["dtype"])
+    block = Block(layer_index=self.layer_index, shared=shared, name="block", **b)
+    return block(x_BxLxD, mask_BxL, deterministic=deterministic, branch=branch)
 
 
 class Encoder(nn.Module):
@@ -82,6 +196,11 @@ class Encoder(nn.Module):
   use_cls: bool = True
   pooling: str = "CLS"
   dtype: str = "float32"
+  ffn_chunks: int = 1  # the block MLP over this many sequence chunks (less memory, same math)
+  feedforward: bool = True  # False: blocks without the MLP sub-layer (mixers with their own)
+  norm: str = "layer"  # "layer" or "batch" (over batch and real tokens; running averages)
+  prenorm: bool = True  # False: post-norm blocks, norm(x + f(x)), and no final norm
+  reversible: bool = False  # reversible residual layers (models/reversible.py)
 
   @nn.compact
   def __call__(self, inputs_BxL, mask_BxL=None, *, deterministic: bool = True):
@@ -115,13 +234,59 @@ class Encoder(nn.Module):
     settings = self.mixer_settings or {}
     shared = registry.make_shared(self.mixer, settings, num_heads=self.num_heads,
                                   qkv_dim=self.qkv_dim, dtype=self.dtype)
-    for i in range(self.num_layers):
-      x_BxLxD = Block(i, self.mixer, settings, shared, self.num_heads, self.qkv_dim,
-                      self.mlp_dim, self.dropout_rate, self.attention_dropout_rate,
-                      self.dtype, name=f"block_{i}")(x_BxLxD, mask_BxL,
-                                                     deterministic=deterministic)
-    x_BxLxD = nn.LayerNorm(dtype=self.dtype, name="final_norm")(x_BxLxD).astype(jnp.float32)
+    block = dict(mixer=self.mixer, mixer_settings=settings, num_heads=self.num_heads,
+                 qkv_dim=self.qkv_dim, mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate,
+                 attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
+                 ffn_chunks=self.ffn_chunks, feedforward=self.feedforward, norm=self.norm,
+                 prenorm=self.prenorm)
+    if self.reversible:
+      x_BxLxD = self._reversible_blocks(block, shared, x_BxLxD, mask_BxL, deterministic)
+    else:
+      for i in range(self.num_layers):
+        x_BxLxD = Block(i, shared=shared, name=f"block_{i}", **block)(
+            x_BxLxD, mask_BxL, deterministic=deterministic)
+    if self.prenorm:  # post-norm blocks end normalised already
+      x_BxLxD = normalize(self.norm, self.dtype, x_BxLxD, mask_BxL,
+                          deterministic=deterministic, name="final_norm")
+    x_BxLxD = x_BxLxD.astype(jnp.float32)
     return pool(x_BxLxD, mask_BxL, self.pooling)
+
+  def _reversible_blocks(self, block, shared, x_BxLxD, mask_BxL, deterministic):
+    """The blocks as reversible layers: f = the mixer branch, g = the MLP branch.
+
+    Parameters keep the plain layout (block_{i}/mixer, LayerNorm_0, LayerNorm_1, MLP_0 and the
+    shared module in the encoder). At init the blocks are built and run in place; after, the
+    stack runs as one custom VJP over explicit parameters. The two streams start as copies of
+    the embedding and end averaged, (x1 + x2) / 2, so the width stays D and no parameter is
+    added.
+    """
+    if self.is_initializing():  # create the parameters (plain autodiff; nothing is differentiated)
+      blocks = [Block(i, shared=shared, name=f"block_{i}", **block)
+                for i in range(self.num_layers)]
+
+      def bound(branch):
+        return lambda i, p, s, x, mask, key: blocks[i](x, mask, deterministic=deterministic,
+                                                       branch=branch)
+
+      y1, y2 = reversible.stack(bound("mixer"), bound("mlp"), {}, [{}] * self.num_layers,
+                                x_BxLxD, x_BxLxD, mask_BxL, recompute=False)
+      return (y1 + y2) / 2
+    params = self.variables["params"]
+    shared_params = {} if shared is None else {shared.name: params[shared.name]}
+    layer_params = [params[f"block_{i}"] for i in range(self.num_layers)]
+
+    def functional(branch):
+      def apply(i, p, s, x, mask, key):
+        module = _BlockBranch(block, i, parent=None)
+        return module.apply({"params": {"block": p, **s}}, branch, x, mask,
+                            deterministic=deterministic,
+                            rngs={} if key is None else {"dropout": key})
+      return apply
+
+    rng = None if deterministic else self.make_rng("dropout")
+    y1, y2 = reversible.stack(functional("mixer"), functional("mlp"), shared_params,
+                              layer_params, x_BxLxD, x_BxLxD, mask_BxL, rng)
+    return (y1 + y2) / 2
 
 
 def pool(x_BxLxD, mask_BxL, pooling: str):
@@ -195,8 +360,34 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
         f"config.model.pair_features={pair_features!r} is not one of {', '.join(PAIR_FEATURES)}")
   if model.get("pooling") == "CLS" and not model.get("use_cls", True):
     raise registry.UnknownSettingError("pooling 'CLS' needs config.model.use_cls=True")
+  _check_block_options(model)
   encoder = Encoder(vocab_size=vocab_size, max_len=max_len, mixer=mixer,
                     mixer_settings=settings, **model)
   if pair:
     return DualClassifier(encoder, num_classes, pair_features)
   return Classifier(encoder, num_classes)
+
+
+def _check_block_options(model: dict) -> None:
+  """The encoder's block options: valid values, and the combinations reversible layers allow."""
+  error = registry.UnknownSettingError
+  if model.get("norm", "layer") not in NORMS:
+    raise error(f"config.model.norm={model['norm']!r} is not one of {', '.join(NORMS)}")
+  for key in ("feedforward", "prenorm", "reversible"):
+    if not isinstance(model.get(key, True), (bool, np.bool_)):
+      raise error(f"config.model.{key}={model[key]!r} must be True or False")
+  chunks = model.get("ffn_chunks", 1)
+  if isinstance(chunks, (bool, np.bool_)) or not isinstance(chunks, (int, np.integer)) \
+      or chunks < 1:
+    raise error(f"config.model.ffn_chunks={chunks!r} must be an integer >= 1")
+  if model.get("reversible", False):
+    # y1 = x1 + f(x2), y2 = x2 + g(y1) needs both branches, inside the residuals.
+    if model.get("norm", "layer") != "layer":
+      raise error("config.model.reversible=True needs norm='layer' (batch statistics are "
+                  "state the recomputing backward pass cannot rebuild)")
+    if not model.get("prenorm", True):
+      raise error("config.model.reversible=True needs prenorm=True (a norm after the residual "
+                  "sum cannot be inverted)")
+    if not model.get("feedforward", True):
+      raise error("config.model.reversible=True needs feedforward=True (the MLP is the "
+                  "second branch of every reversible layer)")

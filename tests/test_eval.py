@@ -57,3 +57,23 @@ def test_speed_then_accuracy_tables_and_charts(tmp_path):
   assert "40.0 (36.4, +3.6)" in proc.stdout
   assert json.loads((out / "accuracy.json").read_text())["rows"]
   assert Image.open(out / "bubble.png").size[0] > 400
+
+
+def test_speed_set_overrides_model_fields(tmp_path):
+  out = tmp_path / "out"
+  proc = _eval("speed", "--models=local,transformer", "--lengths=16", "--batch=2",
+               "--emb_dim=16", "--qkv_dim=16", "--mlp_dim=32", "--num_heads=2",
+               "--num_layers=1", "--repeats=1", "--set", "reversible=True", "--set=num_layers=3",
+               "--set", "ffn_chunks=2", "--set", "attention.block_size=4", f"--out={out}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  speed = json.loads((out / "speed.json").read_text())
+  assert speed["machine"]["model_size"] == {
+      "emb_dim": 16, "qkv_dim": 16, "mlp_dim": 32, "num_heads": 2, "num_layers": 3,
+      "reversible": True, "ffn_chunks": 2, "attention.block_size": 4}
+  status = {r["model"]: r["status"] for r in speed["rows"]}
+  assert status["local"] == "ok"
+  # The mixer setting reached each measuring process: full attention has no block size.
+  assert "config.model.attention has no field 'block_size'" in status["transformer"]
+
+  proc = _eval("speed", "--models=transformer", "--set", "no_such_field=1", f"--out={out}")
+  assert proc.returncode == 1 and "config.model has no field 'no_such_field'" in proc.stderr

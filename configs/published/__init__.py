@@ -1,0 +1,89 @@
+"""Published LRA hyperparameters of the state-space models, one file per model.
+
+Each file (s4d.py, s5.py, lru.py) cites its source in its docstring and defines
+    HYPERPARAMETERS = {task: dict(model=dict(num_layers=..., emb_dim=..., dropout_rate=...,
+        norm=..., prenorm=..., feedforward=..., pooling=..., use_cls=...,
+        attention=dict(<mixer settings>)), batch_size=..., epochs=..., learning_rate=...,
+        ssm_learning_rate=..., weight_decay=..., schedule=..., warmup_steps=..., ...)}
+for task in listops, text, retrieval, image, pathfinder, pathx. Every top-level key other than
+`model` and `epochs` is a trainer setting of configs/base.py, set as it is.
+
+configs/base.finish calls `apply` for these models, last, so that command-line overrides
+still win. With the `cpu` option only the architectural choices are taken (ARCHITECTURE and
+the mixer settings that are not sizes); the task's small CPU model and short run stay.
+A mixer setting is a size if it is an integer (not a bool), unless the file names its sizes
+in SIZE_SETTINGS.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from types import ModuleType
+
+MODELS = ("s4d", "s5", "lru")  # the models that may have a table here
+# Training examples per epoch (after our held-out validation splits).
+TRAIN_SIZES = dict(listops=96000, text=22500, retrieval=147086, image=45000,
+                   pathfinder=160000, pathx=160000)
+# Encoder settings that are architectural choices, taken even with `cpu`.
+ARCHITECTURE = ("norm", "prenorm", "feedforward", "pooling", "use_cls")
+
+
+def table(name: str) -> ModuleType | None:
+  """configs/published/<name>.py, or None if the model has none (or it is not written yet)."""
+  if name not in MODELS:
+    return None
+  module = f"{__name__}.{name}"
+  try:
+    return importlib.import_module(module)
+  except ModuleNotFoundError as e:
+    if e.name == module:
+      return None
+    raise
+
+
+def has_table(name: str) -> bool:
+  return table(name) is not None
+
+
+def size_settings(module: ModuleType, mixer: dict) -> set[str]:
+  if hasattr(module, "SIZE_SETTINGS"):
+    return set(module.SIZE_SETTINGS)
+  return {k for k, v in mixer.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def apply(c, options: set[str]):
+  """Sets config `c` (task c.task, model c.model.name) from the model's published table."""
+  module = table(c.model.name)
+  if module is None:
+    return c
+  if c.task not in module.HYPERPARAMETERS:
+    raise ValueError(f"configs/published/{c.model.name}.py has no hyperparameters for task "
+                     f"{c.task!r}; it has: {', '.join(module.HYPERPARAMETERS)}")
+  entry = dict(module.HYPERPARAMETERS[c.task])
+  model = dict(entry.pop("model"))
+  mixer = dict(model.pop("attention", {}))
+  sizes = size_settings(module, mixer)
+  for key in ARCHITECTURE:
+    if key in model:
+      c.model[key] = model[key]
+  for key, value in mixer.items():
+    if "cpu" not in options or key not in sizes:
+      c.model.attention[key] = value
+  if "cpu" in options:
+    return c
+
+  for key, value in model.items():  # sizes: num_layers, emb_dim, dropout_rate
+    c.model[key] = value
+  # The papers' one dropout acts inside the SSM layer as well as on the residual branch.
+  c.model.attention_dropout_rate = c.model.dropout_rate
+  if "mlp_dim" not in model:  # without the MLP sub-block, mlp_dim is only our head's width:
+    c.model.mlp_dim = c.model.emb_dim  # no bottleneck (the papers decode linearly)
+  epochs = entry.pop("epochs")
+  for key, value in entry.items():
+    if key not in c:
+      raise KeyError(f"configs/published/{c.model.name}.py sets {key!r}, which is not a "
+                     "trainer setting of configs/base.py")
+    c[key] = value
+  c.eval_batch_size = c.batch_size
+  c.num_train_steps = math.ceil(epochs * TRAIN_SIZES[c.task] / c.batch_size)
+  return c

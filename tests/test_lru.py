@@ -1,0 +1,241 @@
+"""LRU (Orvieto et al. 2023): ring initialisation, scan against a sequential loop, padding."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import models
+import models.lru  # noqa: F401  (registers "lru")
+from models import registry
+from models.lru import LRU, magnitude_and_phase
+from tests.jaxpr_shapes import array_shapes
+
+WIDTH, LENGTH = 4, 7  # odd length: the scan's tree is not a perfect power of two
+
+
+def _run(fn, *args):
+  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
+  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
+
+
+def test_ring_initialisation():
+  x, mask = jnp.zeros((1, 3, 32)), jnp.ones((1, 3), bool)
+  rings = ((0.4, 0.8, 1.0), (0.0, 1.0, 2 * np.pi), (0.999, 0.9999, np.pi / 10))
+
+  def init(r_min, r_max, max_phase):
+    mixer = LRU(state_size=1024, r_min=r_min, r_max=r_max, max_phase=max_phase)
+    return mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)["params"]
+
+  inits = _run(lambda: [init(*ring) for ring in rings])
+  for params, (r_min, r_max, max_phase) in zip(inits, rings):
+    nu, theta = np.exp(np.float64(params["nu_log"])), np.exp(np.float64(params["theta_log"]))
+    radius, phase = np.exp(-nu), theta  # Lambda = exp(-nu + i theta)
+    assert np.all((radius >= r_min * (1 - 1e-6)) & (radius <= r_max)) and radius.max() < 1
+    assert np.all((phase >= 0) & (phase <= max_phase))
+    # |Lambda|^2 is uniform on [r_min^2, r_max^2] (uniform on the ring's area): check its
+    # quartiles; the phase is uniform on [0, max_phase].
+    quartiles = ((np.quantile(radius ** 2, [0.25, 0.5, 0.75]) - r_min ** 2)
+                 / (r_max ** 2 - r_min ** 2))
+    np.testing.assert_allclose(quartiles, [0.25, 0.5, 0.75], atol=0.05)
+    np.testing.assert_allclose(np.quantile(phase, [0.25, 0.5, 0.75]) / max_phase,
+                               [0.25, 0.5, 0.75], atol=0.05)
+    # gamma = sqrt(1 - |Lambda|^2), computed here in float64.
+    np.testing.assert_allclose(np.exp(params["gamma_log"]), np.sqrt(1 - radius ** 2),
+                               rtol=1e-3)
+    # The module's own magnitude and phase agree.
+    got_radius, got_phase = magnitude_and_phase(params["nu_log"], params["theta_log"])
+    np.testing.assert_allclose(got_radius, radius, rtol=1e-6)
+    np.testing.assert_allclose(got_phase, phase, rtol=1e-6)
+  p = inits[0]
+  assert abs(np.var(p["B"]) * 2 * 32 - 1) < 0.1  # each part N(0, 1/(2H))
+  assert abs(np.var(p["C"]) * 1024 - 1) < 0.1  # each part N(0, 1/N)
+  assert p["B"].shape == (1024, 32, 2) and p["C"].shape == (32, 1024, 2) and "C_reverse" not in p
+
+
+def _mixer_params(mixer, x, mask, seed):
+  """Init, then spread |Lambda| so that memory and decay both show."""
+  params = mixer.init(jax.random.PRNGKey(seed), x, mask, deterministic=True)
+  rng = np.random.default_rng(seed)
+  p = dict(params["params"])
+  n = p["nu_log"].shape[0]
+  p["nu_log"] = jnp.asarray(np.log(-np.log(rng.uniform(0.3, 0.95, n))), jnp.float32)
+  p["gamma_log"] = jnp.asarray(rng.normal(size=n) * 0.3, jnp.float32)
+  p["D"] = p["D"] * 0.1
+  return {"params": p}
+
+
+def _reference(params, x, mask, mixer):
+  """The LRU layer by a sequential loop over each row's real positions (jnp, differentiable)."""
+  p = params["params"]
+  lam = jnp.exp(-jnp.exp(p["nu_log"]) + 1j * jnp.exp(p["theta_log"]))
+  b = (p["B"][..., 0] + 1j * p["B"][..., 1]) * jnp.exp(p["gamma_log"])[:, None]
+  c = p["C"][..., 0] + 1j * p["C"][..., 1]
+  dense = lambda name, h: h @ p[name]["kernel"] + p[name]["bias"][None, :]
+  out = jnp.zeros(x.shape)
+  for row in range(x.shape[0]):
+    real = np.flatnonzero(mask[row])
+    u = x[row, real]
+    states, s = [], jnp.zeros(lam.shape, lam.dtype)
+    for t in range(len(real)):
+      s = lam * s + b @ u[t]
+      states.append(s)
+    y = [jnp.real(c @ s) for s in states]
+    if mixer.bidirectional:
+      c2 = p["C_reverse"][..., 0] + 1j * p["C_reverse"][..., 1]
+      s = jnp.zeros(lam.shape, lam.dtype)
+      for t in reversed(range(len(real))):
+        s = lam * s + b @ u[t]
+        y[t] = y[t] + jnp.real(c2 @ s)
+    g = jax.nn.gelu(jnp.stack(y) + p["D"][None, :] * u)
+    out = out.at[row, real].set(dense("value", g) * jax.nn.sigmoid(dense("gate", g)))
+  return out
+
+
+def _inputs(seed=0, batch=3):
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(batch, LENGTH, WIDTH)), jnp.float32)
+  # One full row, one with trailing padding, one with a hole.
+  mask = np.ones((batch, LENGTH), bool)
+  mask[1, 4:] = False
+  mask[2, 2] = False
+  return x, mask, rng
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_scan_matches_sequential_loop(bidirectional):
+  x, mask, rng = _inputs()
+  mixer = LRU(state_size=6, bidirectional=bidirectional)
+  cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+  real = jnp.asarray(mask)[..., None]
+
+  def run(x):
+    params = _mixer_params(mixer, x, jnp.asarray(mask), seed=1)
+    loss = lambda p, x: jnp.sum(jnp.where(real, mixer.apply(p, x, jnp.asarray(mask),
+                                                            deterministic=True), 0) * cotangent)
+    ref_loss = lambda p, x: jnp.sum(_reference(p, x, mask, mixer) * cotangent)
+    out = mixer.apply(params, x, jnp.asarray(mask), deterministic=True)
+    return (out, _reference(params, x, mask, mixer), jax.grad(loss, (0, 1))(params, x),
+            jax.grad(ref_loss, (0, 1))(params, x))
+
+  out, ref, grads, ref_grads = _run(run, x)
+  np.testing.assert_allclose(np.where(mask[..., None], out, 0), ref, rtol=1e-4, atol=1e-5)
+  assert np.abs(ref).max() > 0.1  # not a trivially small output
+  flat, ref_flat = jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)
+  assert len(flat) == len(ref_flat) == 11 + bidirectional  # 10 or 11 params, and x
+  for g, r in zip(flat, ref_flat):
+    np.testing.assert_allclose(g, r, rtol=1e-3, atol=1e-5)
+
+
+def test_padding_is_inert_and_gradients_are_finite():
+  x, mask, rng = _inputs(seed=2)
+  mask = jnp.asarray(mask)
+  mixer = LRU(state_size=6, bidirectional=True)
+  noise = jnp.where(mask[..., None], x, jnp.asarray(rng.normal(size=x.shape) * 100, x.dtype))
+  real = lambda y: jnp.where(mask[..., None], y, 0.0)
+  short = 4  # row 1's real tokens: trailing padding must equal truncation
+
+  def run(x, noise):
+    params = _mixer_params(mixer, x, mask, seed=3)
+    apply = lambda p, x: real(mixer.apply(p, x, mask, deterministic=True))
+    truncated = mixer.apply(params, x[1:2, :short], mask[1:2, :short], deterministic=True)
+    grads = jax.grad(lambda p, x: jnp.sum(apply(p, x) ** 2), (0, 1))(params, x)
+    return apply(params, x), apply(params, noise), truncated, grads
+
+  out, out_noise, truncated, grads = _run(run, x, noise)
+  assert np.all(np.isfinite(out))
+  np.testing.assert_allclose(out_noise, out, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(truncated[0], out[1, :short], rtol=1e-5, atol=1e-6)
+  for path, g in jax.tree_util.tree_flatten_with_path(grads[0])[0]:
+    assert np.all(np.isfinite(g)) and np.any(g != 0), path
+  assert np.all(np.asarray(grads[1])[~np.asarray(mask)] == 0)  # padded inputs do nothing
+
+
+def _classifier(**settings):
+  return models.build(
+      dict(name="lru", emb_dim=8, num_heads=1, qkv_dim=8, mlp_dim=16, num_layers=1,
+           dropout_rate=0.1, attention_dropout_rate=0.1, positions="none", use_cls=False,
+           pooling="MEAN", attention=dict(state_size=6, **settings)),
+      vocab_size=12, num_classes=3, max_len=10, pair=False)
+
+
+def test_stable_after_initialisation_and_a_huge_training_step():
+  tokens = np.random.default_rng(0).integers(1, 12, size=(4, 10))
+  tokens[1, 6:] = 0
+  tokens, labels = jnp.asarray(tokens), jnp.asarray([0, 1, 2, 1])
+  # Eigenvalues start right at the unit circle, and Adam takes a step of about 1 in every
+  # parameter: a direct parameterisation of Lambda would leave the disk.
+  model = _classifier(r_min=0.99, r_max=0.999)
+
+  def step(tokens):
+    params = model.init(jax.random.PRNGKey(0), tokens)
+    loss = lambda p: optax.softmax_cross_entropy_with_integer_labels(
+        model.apply(p, tokens, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)}),
+        labels).mean()
+    opt = optax.adam(1.0)
+    updates, _ = opt.update(jax.grad(loss)(params), opt.init(params), params)
+    return params, optax.apply_updates(params, updates)
+
+  before, after = _run(step, tokens)
+  mixer = lambda params: params["params"]["encoder"]["block_0"]["mixer"]
+  for params in (before, after):
+    m = mixer(params)
+    radius, _ = magnitude_and_phase(m["nu_log"], m["theta_log"])
+    assert np.all(np.asarray(radius) < 1)
+    # Independently: |exp(-exp(nu_log) + i theta)| = exp(-exp(nu_log)) < 1 iff exp(nu_log) > 0.
+    assert np.all(np.exp(np.float64(m["nu_log"])) > 0)
+  moved = np.asarray(mixer(after)["nu_log"]) - np.asarray(mixer(before)["nu_log"])
+  assert np.all(np.abs(moved) > 0.5)  # the step was large indeed
+
+
+def test_build_init_apply_with_dropout():
+  model = _classifier(bidirectional=True)
+  tokens = np.random.default_rng(0).integers(1, 12, size=(2, 10))
+  tokens[1, 5:] = 0
+  tokens = jnp.asarray(tokens)
+
+  def run(tokens):
+    params = model.init(jax.random.PRNGKey(0), tokens)
+    drop = lambda key: model.apply(params, tokens, deterministic=False, rngs={"dropout": key})
+    return params, model.apply(params, tokens), drop(jax.random.PRNGKey(1)), \
+        drop(jax.random.PRNGKey(2))
+
+  params, logits, noisy, noisy2 = _run(run, tokens)
+  mixer = params["params"]["encoder"]["block_0"]["mixer"]
+  assert sorted(mixer) == ["B", "C", "C_reverse", "D", "gamma_log", "gate", "nu_log",
+                           "theta_log", "value"]
+  assert all(name in mixer for name in LRU.OPTIMIZER_GROUP)
+  assert logits.shape == (2, 3) and logits.dtype == jnp.float32
+  assert np.all(np.isfinite(logits)) and np.all(np.isfinite(noisy))
+  assert not np.allclose(noisy, noisy2)
+
+
+def test_no_length_by_length_array():
+  length = 64
+  x, mask = jnp.ones((1, length, 16), jnp.float32), jnp.ones((1, length), bool)
+  mixer = LRU(state_size=8, bidirectional=True)
+  params = jax.eval_shape(
+      lambda x: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True), x)
+  jaxpr = jax.make_jaxpr(lambda p, x: mixer.apply(p, x, mask, deterministic=True))(
+      params, x).jaxpr
+  shapes = list(array_shapes(jaxpr))
+  assert shapes and not [s for s in shapes if s.count(length) >= 2]
+
+
+def test_settings_and_errors():
+  assert registry.default_settings("lru") == dict(
+      state_size=256, r_min=0.0, r_max=1.0, max_phase=2 * np.pi, bidirectional=False,
+      tie_dropout=True)
+  for bad, match in ((dict(state_size=0), "state_size must be"),
+                     (dict(state_size=True), "state_size must be"),
+                     (dict(r_min=0.9, r_max=0.5), "r_min <= r_max"),
+                     (dict(r_max=1.5), "r_min <= r_max <= 1"),
+                     (dict(r_min=-0.1), "0 <= r_min"),
+                     (dict(r_min=1.0, r_max=1.0), "r_min < 1"),
+                     (dict(r_min=0.0, r_max=0.0), "r_max > 0"),
+                     (dict(max_phase=0.0), "max_phase must be > 0"),
+                     (dict(bidirectional=1), "True or False")):
+    with pytest.raises(ValueError, match=match):
+      LRU(**bad)
+  with pytest.raises(registry.UnknownSettingError, match="r_min"):
+    registry.make("lru", dict(rmin=0.5))

@@ -1,0 +1,115 @@
+"""Published hyperparameters of the state-space models (configs/published) reach the configs."""
+import dataclasses
+import importlib
+import math
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import models
+from configs import image, listops, pathfinder, pathx, published, retrieval, text
+from models import registry
+from models.encoder import Encoder
+
+TASKS = dict(listops=listops, text=text, retrieval=retrieval, image=image,
+             pathfinder=pathfinder, pathx=pathx)
+
+
+def _with_table():
+  """The models of configs/published that have a table and a registered mixer."""
+  found = []
+  for name in published.MODELS:
+    try:
+      importlib.import_module(f"models.{name}")  # registers it (the s5/lru files may not exist)
+    except ModuleNotFoundError:
+      continue
+    if published.has_table(name):
+      found.append(name)
+  return found
+
+
+MODELS = _with_table()
+CASES = [(m, t) for m in MODELS for t in TASKS]
+
+
+def test_s4d_has_a_table_and_other_models_none():
+  assert "s4d" in MODELS
+  assert not published.has_table("transformer") and not published.has_table("linformer")
+  c = listops.get_config("transformer")
+  assert c.ssm_learning_rate == 0.0 and c.model.get("norm", "layer") == "layer"
+  assert c.model.use_cls and c.model.pooling == "CLS"  # untouched by any table
+
+
+def _build(model_config, task):
+  """Builds and initialises (shapes only) the classifier of a config at a tiny length."""
+  model = model_config.to_dict()
+  encoder_fields = {f.name for f in dataclasses.fields(Encoder)}
+  # Every architectural key is an encoder setting (feedforward, norm and prenorm came with
+  # the SSM blocks), so nothing is dropped before building.
+  assert set(published.ARCHITECTURE) <= encoder_fields
+  pair = task == "retrieval"
+  net = models.build(model, vocab_size=12, num_classes=3, max_len=16, pair=pair)
+  tokens = jnp.ones((2, 16), jnp.int32)
+  inputs = (tokens, tokens) if pair else (tokens,)
+  return jax.eval_shape(net.init, jax.random.PRNGKey(0), *inputs)
+
+
+@pytest.mark.parametrize("name,task", CASES)
+def test_full_size_config_has_the_table_values(name, task):
+  entry = dict(published.table(name).HYPERPARAMETERS[task])
+  c = TASKS[task].get_config(name)
+  model = dict(entry.pop("model"))
+  mixer = model.pop("attention")
+  for key, value in model.items():
+    assert c.model[key] == value, key
+  for key, value in mixer.items():
+    assert c.model.attention[key] == value, key
+  assert c.model.attention_dropout_rate == c.model.dropout_rate
+  epochs = entry.pop("epochs")
+  for key, value in entry.items():
+    assert c[key] == value, key
+  assert c.eval_batch_size == c.batch_size
+  assert c.num_train_steps == math.ceil(epochs * published.TRAIN_SIZES[task] / c.batch_size)
+  encoder = _build(c.model, task)["params"]["encoder"]
+  layers = c.model.num_layers
+  assert f"block_{layers - 1}" in encoder and f"block_{layers}" not in encoder
+  assert encoder["embed"]["embedding"].shape == (12, c.model.emb_dim)
+
+
+@pytest.mark.parametrize("name,task", CASES)
+def test_cpu_option_keeps_small_sizes_and_takes_the_architecture(name, task):
+  module = published.table(name)
+  entry = module.HYPERPARAMETERS[task]
+  mixer = entry["model"]["attention"]
+  sizes = published.size_settings(module, mixer)
+  c = TASKS[task].get_config(f"{name},cpu")
+  small = TASKS[task].get_config("transformer,cpu")
+  for key in ("emb_dim", "num_layers", "dropout_rate"):
+    assert c.model[key] == small.model[key], key
+  for key in ("batch_size", "num_train_steps", "learning_rate", "weight_decay", "schedule",
+              "warmup_steps", "ssm_learning_rate"):
+    assert c[key] == small[key], key
+  for key in published.ARCHITECTURE:
+    assert c.model[key] == entry["model"][key], key
+  defaults = registry.default_settings(name)
+  for key, value in mixer.items():
+    assert c.model.attention[key] == (defaults[key] if key in sizes else value), key
+  _build(c.model, task)
+
+
+def test_cpu_option_keeps_the_mixer_sizes_small():
+  c = pathx.get_config("s4d,cpu")
+  assert published.size_settings(published.table("s4d"),
+                                 published.table("s4d").HYPERPARAMETERS["pathx"]["model"]
+                                 ["attention"]) == {"state_size"}
+  assert c.model.attention.dt_min == 0.0001  # an initialisation choice, taken
+  c.model.attention.state_size = 4  # still overridable from the command line
+  _build(c.model, "pathx")
+
+
+def test_unknown_trainer_key_fails_loudly(monkeypatch):
+  table = published.table("s4d").HYPERPARAMETERS
+  monkeypatch.setitem(table, "listops", dict(table["listops"], learning_rat=0.1))
+  with pytest.raises(KeyError, match="learning_rat"):
+    listops.get_config("s4d")
