@@ -14,8 +14,8 @@ by design.
 
 Scale: the paper's transform is unnormalised: for unit-variance inputs each output entry has
 standard deviation about sqrt(L D / 2). The paper's BERT-style block is post-LayerNorm,
-LN(x + Fourier(x)) (the encoder's prenorm=False), which removes that scale at once. In a
-pre-LayerNorm block (this code base's default) the Fourier output enters the residual stream
+LN(x + Fourier(x)) (the encoder's prenorm=False, set for fnet in every task config), which removes that scale
+at once. In a pre-LayerNorm block (this code base's default otherwise) the Fourier output enters the residual stream
 unnormalised and swamps the embeddings and the MLP outputs; normalize=True divides by
 sqrt(L D) (the unitary DFT) and keeps the output at the input's scale.
 
@@ -68,6 +68,7 @@ def fourier_mix(x_BxLxD, *, use_fft: bool = True, normalize: bool = False):
 @registry.register("fnet")
 class FourierMixer(nn.Module):
   """FNet's parameter-free Fourier token mixing, padded positions zeroed first."""
+  ENCODER_DEFAULTS = {"prenorm": False}  # the paper's post-LayerNorm block (see the docstring)
   use_fft: bool = True  # False: DFT-matrix products (the paper's TPU path; L x L memory)
   normalize: bool = False  # True: divide by sqrt(L * D); see the module docstring
 

@@ -105,6 +105,7 @@ def test_no_parameters_and_no_length_by_length_array_with_fft():
 
 def test_settings_and_errors():
   assert registry.default_settings("fnet") == {"use_fft": True, "normalize": False}
+  assert registry.encoder_defaults("fnet") == {"prenorm": False}  # the paper's post-LN block
   assert "dropout_rate" not in registry.user_settings("fnet")
   with pytest.raises(ValueError, match="use_fft must be True or False"):
     FourierMixer(use_fft="yes")
