@@ -26,7 +26,9 @@ MODEL_TITLES = {"transformer": "Transformer", "local": "Local Attention",
                 "sparse_transformer": "Sparse Trans.", "longformer": "Longformer",
                 "linformer": "Linformer", "reformer": "Reformer", "sinkhorn": "Sinkhorn Trans.",
                 "synthesizer": "Synthesizer", "bigbird": "BigBird",
-                "linear_transformer": "Linear Trans.", "performer": "Performer"}
+                "linear_transformer": "Linear Trans.", "performer": "Performer",
+                "transformer_xl": "Transformer-XL", "nystromformer": "Nystromformer",
+                "fnet": "FNet", "s4d": "S4D", "s5": "S5", "lru": "LRU"}
 
 
 def _paper_row(*five: float) -> dict[str, float | None]:
