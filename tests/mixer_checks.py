@@ -25,3 +25,27 @@ def build_and_apply(model, *, vocab_size: int, length: int, num_classes: int):
   assert np.all(np.isfinite(logits)) and np.all(np.isfinite(noisy))
   assert not np.allclose(noisy, noisy2)
   return params
+
+
+def check_padding_inert(mixer, init_params, x, mask, rng, *, short: int):
+  """Real outputs of `mixer` ignore the content of padded positions (noise x100 there), row 1
+  with trailing padding after `short` equals its truncation, and every parameter gets a finite,
+  nonzero gradient while padded inputs get exactly zero. init_params(x) -> the variables."""
+  noise = jnp.where(mask[..., None], x, jnp.asarray(rng.normal(size=x.shape) * 100, x.dtype))
+  real = lambda y: jnp.where(mask[..., None], y, 0.0)
+
+  def run(x, noise):
+    params = init_params(x)
+    apply = lambda p, x: real(mixer.apply(p, x, mask, deterministic=True))
+    truncated = mixer.apply(params, x[1:2, :short], mask[1:2, :short], deterministic=True)
+    grads = jax.grad(lambda p, x: jnp.sum(apply(p, x) ** 2), (0, 1))(params, x)
+    return apply(params, x), apply(params, noise), truncated, grads
+
+  out, out_noise, truncated, grads = jax.jit(run).lower(x, noise).compile(
+      {"xla_backend_optimization_level": 0})(x, noise)
+  assert np.all(np.isfinite(out))
+  np.testing.assert_allclose(out_noise, out, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(truncated[0], out[1, :short], rtol=1e-5, atol=1e-6)
+  for path, g in jax.tree_util.tree_flatten_with_path(grads[0])[0]:
+    assert np.all(np.isfinite(g)) and np.any(g != 0), path
+  assert np.all(np.asarray(grads[1])[~np.asarray(mask)] == 0)  # padded inputs do nothing

@@ -11,7 +11,7 @@ import models.s5  # noqa: F401  (registers "s5")
 from models import registry
 from models.s5 import S5, discretize, eigenbasis, hippo_n, hippo_n_eigen
 from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import build_and_apply
+from tests.mixer_checks import build_and_apply, check_padding_inert
 
 WIDTH, LENGTH = 4, 7  # odd length: the scan's tree is not a perfect power of two
 
@@ -211,25 +211,9 @@ def test_padding_is_inert_and_gradients_are_finite():
   x, mask, rng = _inputs(seed=2)
   mask = jnp.asarray(mask)
   mixer = S5(state_size=8, blocks=2, bidirectional=True)
-  noise = jnp.where(mask[..., None], x, jnp.asarray(rng.normal(size=x.shape) * 100, x.dtype))
-  real = lambda y: jnp.where(mask[..., None], y, 0.0)
-  short = 4  # row 1's real tokens: trailing padding must equal truncation
-
-  def run(x, noise):
-    params = _mixer_params(mixer, x, mask, seed=3)
-    apply = lambda p, x: real(mixer.apply(p, x, mask, deterministic=True))
-    truncated = mixer.apply(params, x[1:2, :short], mask[1:2, :short], deterministic=True)
-    grads = jax.grad(lambda p, x: jnp.sum(apply(p, x) ** 2), (0, 1))(params, x)
-    return apply(params, x), apply(params, noise), truncated, grads
-
-  out, out_noise, truncated, grads = _run(run, x, noise)
-  assert np.all(np.isfinite(out))
-  np.testing.assert_allclose(out_noise, out, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(truncated[0], out[1, :short], rtol=1e-5, atol=1e-6)
-  leaves = jax.tree_util.tree_flatten_with_path(grads[0])[0]
-  for path, g in leaves:
-    assert np.all(np.isfinite(g)) and np.any(g != 0), path
-  assert np.all(np.asarray(grads[1])[~np.asarray(mask)] == 0)  # padded inputs do nothing
+  # Row 1 has 4 real tokens: trailing padding must equal truncation.
+  check_padding_inert(mixer, lambda x: _mixer_params(mixer, x, mask, seed=3), x, mask, rng,
+                      short=4)
 
 
 def _classifier(**settings):
