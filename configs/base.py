@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from configs import published
 from models import registry
 
 OPTIONS = ("cpu", "paper")
@@ -89,9 +90,7 @@ def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int, emb: int = 6
 def finish(c: ml_collections.ConfigDict, options: set[str]) -> ml_collections.ConfigDict:
   """Mixer settings that depend on the final model size (called last by the task configs)."""
   c.model.update(registry.encoder_defaults(c.model.name))  # e.g. no absolute positions
-  from configs import published  # pylint: disable=import-outside-toplevel
-  if published.has_table(c.model.name):  # the state-space papers' LRA hyperparameters
-    published.apply(c, options)
+  published.apply(c, options)  # the state-space papers' LRA hyperparameters, if it has them
   if c.model.name == "sparse_transformer" and c.model.num_heads == 1:
     c.model.attention.combine = "merged"  # one head cannot hold two patterns
   return c

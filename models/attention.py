@@ -13,6 +13,14 @@ from models import registry
 MASK_VALUE = -1e9
 
 
+def head_projection(num_heads: int, qkv_dim: int, dtype: str, name: str) -> nn.Module:
+  """Dense BxLxD -> BxLxHxK (no bias), built in the calling module's scope as `name`."""
+  if qkv_dim % num_heads:
+    raise ValueError(f"qkv_dim {qkv_dim} is not divisible by num_heads {num_heads}")
+  return nn.DenseGeneral((num_heads, qkv_dim // num_heads), use_bias=False, dtype=dtype,
+                         kernel_init=nn.initializers.xavier_uniform(), name=name)
+
+
 class QKVProjection(nn.Module):
   """Projects BxLxD inputs to per-head queries, keys and values BxLxHxK (no bias)."""
   num_heads: int
@@ -21,12 +29,7 @@ class QKVProjection(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxLxD):
-    if self.qkv_dim % self.num_heads:
-      raise ValueError(f"qkv_dim {self.qkv_dim} is not divisible by num_heads {self.num_heads}")
-    head_dim = self.qkv_dim // self.num_heads
-    dense = lambda name: nn.DenseGeneral(
-        (self.num_heads, head_dim), use_bias=False, dtype=self.dtype,
-        kernel_init=nn.initializers.xavier_uniform(), name=name)
+    dense = lambda name: head_projection(self.num_heads, self.qkv_dim, self.dtype, name)
     return dense("query")(x_BxLxD), dense("key")(x_BxLxD), dense("value")(x_BxLxD)
 
 

@@ -14,10 +14,11 @@ by design.
 
 Scale: the paper's transform is unnormalised: for unit-variance inputs each output entry has
 standard deviation about sqrt(L D / 2). The paper's BERT-style block is post-LayerNorm,
-LN(x + Fourier(x)) (the encoder's prenorm=False, set for fnet in every task config), which removes that scale
-at once. In a pre-LayerNorm block (this code base's default otherwise) the Fourier output enters the residual stream
-unnormalised and swamps the embeddings and the MLP outputs; normalize=True divides by
-sqrt(L D) (the unitary DFT) and keeps the output at the input's scale.
+LN(x + Fourier(x)) (the encoder's prenorm=False, set for fnet in every task config), which
+removes that scale at once. In a pre-LayerNorm block (this code base's default otherwise) the
+Fourier output enters the residual stream unnormalised and swamps the embeddings and the MLP
+outputs; normalize=True divides by sqrt(L D) (the unitary DFT) and keeps the output at the
+input's scale.
 
 Padding: FNet mixes every position with every other, so a padded position would leak into the
 real ones. Padded inputs are zeroed before the transform; real outputs then do not depend on

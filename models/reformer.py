@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import registry
-from models.attention import MASK_VALUE, OutputProjection, dropout_weights
+from models.attention import MASK_VALUE, OutputProjection, dropout_weights, head_projection
 
 # Logit given to a query's own key. Far below any real logit, so self gets weight ~exp(-1e5)
 # whenever another key is allowed, yet far above MASK_VALUE (-1e9, padded or excluded keys), so
@@ -208,21 +208,16 @@ class ReformerAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
-    if self.qkv_dim % self.num_heads:
-      raise ValueError(f"qkv_dim {self.qkv_dim} is not divisible by num_heads {self.num_heads}")
-    head_dim = self.qkv_dim // self.num_heads
-    # The same initialisation as QKVProjection, but one query-key projection, not two.
-    dense = lambda name: nn.DenseGeneral(
-        (self.num_heads, head_dim), use_bias=False, dtype=self.dtype,
-        kernel_init=nn.initializers.xavier_uniform(), name=name)
+    # As QKVProjection, but one query-key projection, not two.
+    dense = lambda name: head_projection(self.num_heads, self.qkv_dim, self.dtype, name)
     qk_BxLxHxK, v_BxLxHxK = dense("query_key")(x_BxLxD), dense("value")(x_BxLxD)
 
     if self.redraw and not deterministic:
       key = self.make_rng("dropout")
     else:
       key = jax.random.fold_in(jax.random.PRNGKey(self.seed), self.layer_index)
-    rot_HxKxRxN = random_rotations(key, self.num_heads, head_dim, int(self.n_hashes),
-                                   int(self.n_buckets))
+    rot_HxKxRxN = random_rotations(key, self.num_heads, qk_BxLxHxK.shape[-1],
+                                   int(self.n_hashes), int(self.n_buckets))
     buckets_BxHxRxL = hash_buckets(qk_BxLxHxK, rot_HxKxRxN)
 
     rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")

@@ -1,7 +1,31 @@
-"""Checks every mixer's test file shares: the mixer built into a classifier, run with dropout."""
+"""What the mixer and encoder tests share: one-shot compiles, padded inputs, common checks."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+
+def run_once(fn, *args):
+  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
+  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
+
+
+def padded_inputs(length: int, width: int, seed: int = 0, batch: int = 3):
+  """Random BxLxD inputs and a numpy mask: one full row, one with trailing padding (as LRA
+  pads), one with a hole; and the generator, for noise."""
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(batch, length, width)), jnp.float32)
+  mask = np.ones((batch, length), bool)
+  mask[1, 4:] = False
+  mask[2, 2] = False
+  return x, mask, rng
+
+
+def padded_tokens(vocab: int, length: int, seed: int = 0, batch: int = 3):
+  """Token ids (0 = padding): trailing padding in row 1, a hole in row 2."""
+  tokens = np.random.default_rng(seed).integers(1, vocab, size=(batch, length))
+  tokens[1, 7:] = 0
+  tokens[2, 3] = 0
+  return jnp.asarray(tokens, jnp.int32)
 
 
 def build_and_apply(model, *, vocab_size: int, length: int, num_classes: int):
@@ -18,9 +42,7 @@ def build_and_apply(model, *, vocab_size: int, length: int, num_classes: int):
     return params, model.apply(params, tokens), drop(jax.random.PRNGKey(1)), \
         drop(jax.random.PRNGKey(2))
 
-  # One compile with backend optimisation off: the graph runs once.
-  params, logits, noisy, noisy2 = jax.jit(run).lower(tokens).compile(
-      {"xla_backend_optimization_level": 0})(tokens)
+  params, logits, noisy, noisy2 = run_once(run, tokens)
   assert logits.shape == (2, num_classes) and logits.dtype == jnp.float32
   assert np.all(np.isfinite(logits)) and np.all(np.isfinite(noisy))
   assert not np.allclose(noisy, noisy2)
@@ -41,8 +63,7 @@ def check_padding_inert(mixer, init_params, x, mask, rng, *, short: int):
     grads = jax.grad(lambda p, x: jnp.sum(apply(p, x) ** 2), (0, 1))(params, x)
     return apply(params, x), apply(params, noise), truncated, grads
 
-  out, out_noise, truncated, grads = jax.jit(run).lower(x, noise).compile(
-      {"xla_backend_optimization_level": 0})(x, noise)
+  out, out_noise, truncated, grads = run_once(run, x, noise)
   assert np.all(np.isfinite(out))
   np.testing.assert_allclose(out_noise, out, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(truncated[0], out[1, :short], rtol=1e-5, atol=1e-6)

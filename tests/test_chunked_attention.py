@@ -10,14 +10,10 @@ from models import attention, registry
 from models.attention import FullAttention, resolve_implementation
 from models.chunked_attention import balanced_chunk, chunked_attention
 from tests.jaxpr_shapes import array_shapes
+from tests.mixer_checks import run_once as _run
 
 HEADS, DIM, LENGTH = 2, 8, 11  # 11: a multiple of none of the chunk sizes below
 CHUNKS = ((4, 3), (1, 5), (16, 64))  # several blocks each way; one block each way
-
-
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
 
 
 def _inputs(seed=0):

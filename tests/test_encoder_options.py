@@ -11,22 +11,13 @@ import models
 from lra import checkpoint, tasks, trainer
 from models import encoder, registry
 from tests.jaxpr_shapes import array_shapes
+from tests.mixer_checks import padded_tokens, run_once as _run
 
 VOCAB, LENGTH, DIM = 20, 12, 8
 
 
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
-
-
 def _tokens(seed=0, batch=4):
-  """Trailing padding in one row, a hole in another (token 0 is padding)."""
-  rng = np.random.default_rng(seed)
-  tokens = rng.integers(1, VOCAB, size=(batch, LENGTH))
-  tokens[1, 7:] = 0
-  tokens[2, 3] = 0
-  return jnp.asarray(tokens, jnp.int32)
+  return padded_tokens(VOCAB, LENGTH, seed, batch)
 
 
 def _model(**kw):

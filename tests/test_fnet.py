@@ -9,14 +9,9 @@ import models.fnet  # noqa: F401  (registers "fnet")
 from models import registry
 from models.fnet import FourierMixer
 from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import build_and_apply
+from tests.mixer_checks import build_and_apply, run_once as _run
 
 LENGTH, DIM = 7, 6
-
-
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
 
 
 def _dft_matrix(n):

@@ -8,13 +8,9 @@ import models.linear_transformer  # noqa: F401  (registers "linear_transformer")
 from models import registry
 from models.linear_transformer import LinearTransformerAttention
 from tests.jaxpr_shapes import array_shapes
+from tests.mixer_checks import run_once as _run
 
 HEADS, DIM = 2, 8
-
-
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
 
 
 def _inputs(length=7, seed=0, batch=3):

@@ -10,14 +10,9 @@ from models import attention, registry
 from models.nystromformer import (NystromAttention, depthwise_conv, iterative_pinv,
                                   nystrom_attention)
 from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import build_and_apply
+from tests.mixer_checks import build_and_apply, run_once as _run
 
 HEADS, DIM = 2, 8
-
-
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
 
 
 def _softmax_rows(logits):

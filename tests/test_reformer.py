@@ -9,12 +9,7 @@ import models.reformer  # noqa: F401  (registers "reformer")
 from models import registry
 from models.reformer import ReformerAttention, hash_buckets, lsh_attention, random_rotations
 from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import build_and_apply
-
-
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
+from tests.mixer_checks import build_and_apply, run_once as _run
 
 
 def _mask(batch, length):

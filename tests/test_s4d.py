@@ -14,22 +14,13 @@ from lra import optim
 from models import registry
 from models.s4d import S4D, ssm_kernel
 from tests.jaxpr_shapes import array_shapes
+from tests.mixer_checks import padded_inputs, run_once as _run
 
 DIM, LENGTH, STATE = 5, 7, 6  # D channels, L positions, N state size (3 conjugate pairs)
 
 
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
-
-
 def _inputs(seed=0, batch=3):
-  rng = np.random.default_rng(seed)
-  x = jnp.asarray(rng.normal(size=(batch, LENGTH, DIM)), jnp.float32)
-  # One full row, one with trailing padding (as LRA pads), one with a hole.
-  mask = np.ones((batch, LENGTH), bool)
-  mask[1, 4:] = False
-  mask[2, 2] = False
+  x, mask, rng = padded_inputs(LENGTH, DIM, seed, batch)
   return x, jnp.asarray(mask), rng
 
 

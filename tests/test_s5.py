@@ -11,14 +11,9 @@ import models.s5  # noqa: F401  (registers "s5")
 from models import registry
 from models.s5 import S5, discretize, eigenbasis, hippo_n, hippo_n_eigen
 from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import build_and_apply, check_padding_inert
+from tests.mixer_checks import build_and_apply, check_padding_inert, padded_inputs, run_once as _run
 
 WIDTH, LENGTH = 4, 7  # odd length: the scan's tree is not a perfect power of two
-
-
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
 
 
 def _legs(n):
@@ -165,13 +160,7 @@ def _reference(params, x, mask, mixer):
 
 
 def _inputs(seed=0, batch=3):
-  rng = np.random.default_rng(seed)
-  x = jnp.asarray(rng.normal(size=(batch, LENGTH, WIDTH)), jnp.float32)
-  # One full row, one with trailing padding, one with a hole.
-  mask = np.ones((batch, LENGTH), bool)
-  mask[1, 4:] = False
-  mask[2, 2] = False
-  return x, mask, rng
+  return padded_inputs(LENGTH, WIDTH, seed, batch)
 
 
 @pytest.mark.parametrize("settings,check_grads", [

@@ -8,11 +8,7 @@ import models
 import models.sinkhorn  # registers "sinkhorn" even before models/__init__ imports it
 from models import registry
 from models.sinkhorn import SinkhornAttention, sinkhorn, sorted_block_attention
-
-
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: cheapest on a busy CPU) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
+from tests.mixer_checks import run_once as _run
 
 
 def test_sinkhorn_is_doubly_stochastic():

@@ -8,16 +8,12 @@ import models
 import models.synthesizer  # noqa: F401  (registers "synthesizer")
 from models import attention, registry
 from models.synthesizer import MODES, SynthesizerAttention
+from tests.mixer_checks import run_once as _run
 
 HEADS, DIM, LENGTH, SHORT = 2, 8, 7, 5
 # The last two positions are padding in every row, plus a hole in row 1: a prefix of SHORT
 # tokens keeps every real one.
 MASK = np.array([[1, 1, 1, 1, 0, 0, 0], [1, 0, 1, 1, 1, 0, 0]], bool)
-
-
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: cheap on a busy CPU) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
 
 
 def _inputs(seed=0):

@@ -14,13 +14,9 @@ from models.attention import MASK_VALUE
 from models.encoder import MLP
 from models.transformer_xl import TransformerXLAttention
 from tests.jaxpr_shapes import array_shapes
+from tests.mixer_checks import run_once as _run
 
 HEADS, DIM = 2, 8  # head dim 4
-
-
-def _run(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
 
 
 def _mixer(**kw):
