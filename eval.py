@@ -17,53 +17,65 @@ import json
 import os
 import sys
 
-from lra import benchmark, report
+from lra.errors import UserError, user_errors
+from lra.reporting import accuracy, benchmark, files, markdown, results, speed
+from lra.reporting.paper import TASKS
 
-TASK_NAMES = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
+
+def _read_speed(path: str) -> dict:
+  """A speed.json written by `eval.py speed`; a missing or malformed one is a user error."""
+  try:
+    with open(path) as f:
+      data = json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise UserError(f"--speed={path}: cannot read a speed.json ({e})") from None
+  if not isinstance(data, dict) or not {"machine", "rows"} <= set(data):
+    raise UserError(f"--speed={path}: not a speed.json (no 'machine' and 'rows')")
+  return data
 
 
 def _accuracy(args) -> None:
-  from lra import charts
+  from lra.reporting import charts
   warnings: list[str] = []
-  results = report.collect_results(args.runs, warnings)
+  found = results.collect_results(args.runs, warnings)
   for w in warnings:
     print(f"warning: {w}", file=sys.stderr)
-  table = report.accuracy_table(results)
-  text = report.accuracy_markdown(table)
+  table = accuracy.accuracy_table(found)
+  text = markdown.accuracy_markdown(table)
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "accuracy.md"), "w") as f:
     f.write(text + "\n")
-  report.write_csv(os.path.join(args.out, "accuracy.csv"), report.accuracy_rows(table))
-  report.write_json(os.path.join(args.out, "accuracy.json"), table)
+  files.write_csv(os.path.join(args.out, "accuracy.csv"), accuracy.accuracy_rows(table))
+  files.write_json(os.path.join(args.out, "accuracy.json"), table)
   print(text)
   if args.speed:
-    with open(args.speed) as f:
-      speed = json.load(f)
-    tables = report.speed_tables(speed["rows"])
-    if args.average in TASK_NAMES:  # a single task's accuracy, while the averages are missing
+    measured = _read_speed(args.speed)
+    tables = speed.speed_tables(measured["rows"])
+    if args.average in TASKS:  # a single task's accuracy, while the averages are missing
       for row in table["rows"]:
         row[args.average] = row["cells"][args.average]["ours"]
-    accuracy, steps, memory, length = report.bubble_inputs(table, tables, args.average)
+    scores, steps, memory, length = speed.bubble_inputs(table, tables, args.average)
     path = os.path.join(args.out, "bubble.png")
-    what = f"{args.average} test" if args.average in TASK_NAMES else "average"
-    charts.bubble_chart(path, accuracy, steps, memory,
+    what = f"{args.average} test" if args.average in TASKS else "average"
+    charts.bubble_chart(path, scores, steps, memory,
                         f"accuracy ({args.average}) vs speed at {length} tokens; "
-                        f"{speed['machine'].get('device_kind', '?')}",
+                        f"{measured['machine'].get('device_kind', '?')}",
                         ylabel=f"{what} accuracy (%)")
     print(f"wrote {path}")
   print(f"wrote {args.out}/accuracy.{{md,csv,json}}")
 
 
 def _speed(args) -> None:
-  from lra import charts
+  from lra.reporting import charts
   from models import registry
   models = args.models.split(",") if args.models else registry.names()
   lengths = [int(x) for x in args.lengths.split(",")]
   size = {k: getattr(args, k) for k in benchmark.TEXT_BASE_SIZE}
   sets = benchmark.parse_sets(args.sets)
-  from configs import base
-  # Every model has the same config.model fields (mixer settings are checked per model).
-  benchmark.override(base.base_config("transformer").model,
+  from configs import text
+  # Every model has the same config.model fields (mixer settings are checked per model); the
+  # measured config is the Text task's, as in lra.reporting.benchmark.
+  benchmark.override(text.get_config("transformer").model,
                      {k: v for k, v in sets.items() if not k.startswith("attention.")})
   machine = benchmark.machine_in_fresh_process(args.dtype)
   machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype)
@@ -80,9 +92,9 @@ def _speed(args) -> None:
       shown = (f"{row['steps_per_s']:.3f} steps/s" if row["status"] == "ok" else row["status"])
       print(f"  {model} @ {length}: {shown}", flush=True)
   os.makedirs(args.out, exist_ok=True)
-  report.write_json(os.path.join(args.out, "speed.json"), {"machine": machine, "rows": rows})
-  report.write_csv(os.path.join(args.out, "speed.csv"), rows)
-  text = report.speed_markdown(report.speed_tables(rows), machine)
+  files.write_json(os.path.join(args.out, "speed.json"), {"machine": machine, "rows": rows})
+  files.write_csv(os.path.join(args.out, "speed.csv"), rows)
+  text = markdown.speed_markdown(speed.speed_tables(rows), machine)
   with open(os.path.join(args.out, "speed.md"), "w") as f:
     f.write(text + "\n")
   charts.scaling_chart(os.path.join(args.out, "scaling.png"), rows,
@@ -125,7 +137,7 @@ def main(argv=None) -> None:
   args = parser().parse_args(argv)
   try:
     args.run(args)
-  except (OSError, ValueError, RuntimeError) as e:
+  except user_errors() as e:  # a bad flag, run or file; anything else is a bug: traceback
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
 

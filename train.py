@@ -27,26 +27,42 @@ def _fail(message: str) -> None:
   sys.exit(2)
 
 
+def _is_unknown_override(error: AttributeError, argv) -> bool:
+  """Whether `error` is ml_collections' answer to --config.PATH.KEY=... for a missing KEY."""
+  key = str(error).strip("\"'")
+  return any(a.startswith("--config.") and a.split("=")[0].split(".")[-1] == key
+             for a in argv)
+
+
 def _parse_flags(argv):
-  """absl's parser, with bad configs reported as one line instead of a traceback."""
+  """absl's parser; a bad command line or config is one line, a bug keeps its traceback."""
+  from lra.errors import user_errors
   try:
     rest = flags.FLAGS(argv)
   except flags.Error as e:
     message = str(e)
-    if "Traceback" in message:  # an exception inside get_config: keep only its last line
+    if "Traceback" in message:  # ml_collections wraps an error inside get_config with its trace
       last = [l for l in message.splitlines() if l.strip()][-1].strip()
+      if not last.startswith("ValueError"):  # config files raise ValueError for a bad argument
+        raise
       message = f"{message.splitlines()[0].split(':')[0]}: {last}"
     _fail(message)
-  except (AttributeError, KeyError, ValueError, TypeError) as e:
+  except user_errors() as e:  # an invalid model name or setting met while making the config
+    _fail(str(e))
+  except AttributeError as e:
+    if not _is_unknown_override(e, argv):
+      raise
     _fail(f"bad --config override ({e}); a key must already exist in the config "
           f"(see the config file for the valid keys)")
   try:
     config = _CONFIG.value
-    if config is None or not hasattr(config, "task"):
-      raise ValueError("--config is required, e.g. --config=configs/listops.py:transformer")
-  except Exception as e:  # a missing file or an error inside get_config
+    loaded = config is not None and hasattr(config, "task")
+  except OSError as e:  # ml_collections reports a missing config file when it is first read
     last = [l for l in str(e).splitlines() if l.strip()] or [repr(e)]
     _fail(f"cannot load --config: {last[-1].strip()}")
+  if not loaded:
+    _fail("cannot load --config: --config is required, e.g. "
+          "--config=configs/listops.py:transformer")
   if not _WORKDIR.value:
     _fail("--workdir is required (checkpoints, metrics and results.json go there)")
   return rest
@@ -63,11 +79,11 @@ def main(argv):
     jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   elif _MULTIHOST.value:
     jax.distributed.initialize()
-  from lra import trainer
-  from lra.errors import UserError
+  from lra.errors import user_errors
+  from lra.training import trainer
   try:
     results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except UserError as e:
+  except user_errors() as e:  # a bad config or bad data; anything else is a bug: traceback
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
   if jax.process_index() == 0:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import published
+from configs import table
 from models import registry
 
 OPTIONS = ("cpu", "paper")
@@ -35,11 +35,7 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   # The mixer's own settings, passed straight to it; starts from its defaults, so every one of
   # them can be overridden (--config.model.attention.NAME=...) and no other key exists.
   c.model.attention = ml_collections.ConfigDict(registry.default_settings(model))
-  c.model.emb_dim = 512          # token embedding width
-  c.model.num_heads = 8          # attention heads
-  c.model.qkv_dim = 512          # total width of queries, keys and values (all heads)
-  c.model.mlp_dim = 1024         # hidden width of the block MLP and of the classifier head
-  c.model.num_layers = 4         # encoder blocks
+  # Sizes (num_layers, emb_dim, qkv_dim, mlp_dim, num_heads) come per task from configs/table.py.
   c.model.dropout_rate = 0.1     # residual, MLP and embedding dropout
   c.model.attention_dropout_rate = 0.1  # dropout on attention weights
   c.model.positions = "sinusoidal"  # "sinusoidal", "learned" or "none"
@@ -76,11 +72,9 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   return c
 
 
-def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int, emb: int = 64,
-           heads: int = 4, layers: int = 2) -> None:
-  """The CPU switch's common part: a small model and a short run with frequent evaluation."""
-  m = c.model
-  m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = emb, emb, 2 * emb, heads, layers
+def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int) -> None:
+  """The CPU switch's trainer part (the small model is in configs/table.py): a short run with
+  frequent evaluation."""
   c.num_train_steps, c.batch_size, c.eval_batch_size = steps, batch, batch
   c.warmup_steps = max(steps // 10, 1)
   c.log_every = max(steps // 20, 1)
@@ -88,9 +82,5 @@ def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int, emb: int = 6
 
 
 def finish(c: ml_collections.ConfigDict, options: set[str]) -> ml_collections.ConfigDict:
-  """Mixer settings that depend on the final model size (called last by the task configs)."""
-  c.model.update(registry.encoder_defaults(c.model.name))  # e.g. no absolute positions
-  published.apply(c, options)  # the state-space papers' LRA hyperparameters, if it has them
-  if c.model.name == "sparse_transformer" and c.model.num_heads == 1:
-    c.model.attention.combine = "merged"  # one head cannot hold two patterns
-  return c
+  """The per-task, per-model settings of configs/table.py (called last by the task configs)."""
+  return table.apply(c, options)

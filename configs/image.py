@@ -20,20 +20,12 @@ def get_config(arg=None):
   c.task = "image"
   c.data.data_dir = "data/image"   # prepared: train[:90%] / train[90%:] / test
   c.data.black_is_padding = False  # True = the original's accidental mask
-  m = c.model
-  if model == "transformer":
-    m.num_layers, m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads = 1, 128, 64, 128, 8
-  else:
-    m.num_layers, m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads = 1, 32, 32, 64, 1
   c.batch_size = c.eval_batch_size = 256
-  if model == "local":
-    c.model.attention.block_size = 64  # the LRA setting for the image tasks (50 elsewhere)
   c.schedule, c.learning_rate, c.warmup_steps, c.num_train_steps = "cosine", 5e-4, 175, 35000
   c.weight_decay = 0.0
   c.eval_every = c.checkpoint_every = 1000
   if "paper" in options:
-    m.num_layers, m.num_heads, m.mlp_dim, m.qkv_dim = 3, 4, 128, 64
     c.learning_rate = 0.01
   if "cpu" in options:
-    base.shrink(c, steps=60, batch=8, emb=32, heads=2, layers=1)
+    base.shrink(c, steps=60, batch=8)
   return base.finish(c, options)

@@ -7,6 +7,7 @@ Usage: --config=configs/listops.py:MODEL[,cpu][,paper]
            minutes on a 2-core CPU.
 """
 from configs import base
+from lra.data import listops as listops_data
 
 
 def get_config(arg=None):
@@ -17,15 +18,11 @@ def get_config(arg=None):
   d.data_dir = "data/listops"    # basic_{train,val,test}.tsv; generated here if missing
   d.generate_if_missing = True   # ListOps is synthetic: make the data on first use
   d.max_len = 2000               # tokens per example (padded / truncated)
-  # Generator settings (used only when generating): the LRA release values.
-  d.num_train, d.num_val, d.num_test = 96000, 2000, 2000
-  d.min_length, d.max_length = 500, 2000  # keep trees with min_length < length < max_length
-  d.max_depth, d.max_args = 10, 10
+  # Generator settings (used only when generating), the LRA release values: num_train,
+  # num_val, num_test; trees with min_length < length < max_length; max_depth, max_args.
+  d.update(listops_data.RELEASE_SETTINGS)
   d.seed = 0                     # generator seed (the trainer's seed is c.seed)
   d.workers = 0                  # generator processes; 0 = all cores
-
-  if "paper" in options:
-    c.model.num_layers, c.model.mlp_dim = 6, 2048
 
   if "cpu" in options:
     d.data_dir = "data/listops_cpu"
@@ -33,9 +30,7 @@ def get_config(arg=None):
     d.num_train, d.num_val, d.num_test = 20000, 1000, 2000
     d.min_length, d.max_length = 10, 100
     d.max_depth, d.max_args = 5, 5
-    m = c.model
-    m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = 64, 64, 128, 4, 2
-    m.dropout_rate = m.attention_dropout_rate = 0.0
+    c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
     c.num_train_steps = 2000
     c.learning_rate, c.warmup_steps = 0.05, 200
     c.batch_size = c.eval_batch_size = 64

@@ -28,19 +28,11 @@ def pathfinder_config(model: str, options: set, size: int) -> base.ml_collection
   d.workers = 0                    # generator processes; 0 = all cores
   d.generate_if_missing = True     # generate on first use (synthetic data)
   d.black_is_padding = False       # True = the original's accidental mask
-  m = c.model
-  m.num_layers, m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads = 1, 32, 16, 32, 2
-  if model == "transformer":
-    m.num_layers, m.num_heads = 4, 4
-  m.pooling, m.use_cls = "MEAN", False
-  if model == "local":
-    c.model.attention.block_size = 64  # the LRA setting for the image tasks (50 elsewhere)
   c.batch_size = c.eval_batch_size = 512
   c.schedule, c.learning_rate, c.warmup_steps, c.num_train_steps = "cosine", 1e-3, 312, 62400
   c.weight_decay = 0.0
   c.eval_every = c.checkpoint_every = 1000
   if "paper" in options:
-    m.num_layers, m.num_heads, m.mlp_dim, m.qkv_dim = 4, 8, 128, 128
     c.learning_rate = 0.01
   return c
 
@@ -50,5 +42,5 @@ def get_config(arg=None):
   c = pathfinder_config(model, options, 32)
   if "cpu" in options:
     c.data.data_dir, c.data.num_images = "data/pathfinder32_cpu", 2000
-    base.shrink(c, steps=60, batch=8, emb=32, heads=2, layers=1)
+    base.shrink(c, steps=60, batch=8)
   return base.finish(c, options)

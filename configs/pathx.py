@@ -14,13 +14,10 @@ from configs.pathfinder import pathfinder_config
 def get_config(arg=None):
   model, options = base.parse_arg(arg)
   c = pathfinder_config(model, options, 128)
-  m = c.model
-  if "paper" not in options:
-    m.num_layers, m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads = 1, 32, 32, 32, 2
   c.batch_size = c.eval_batch_size = 64
   c.num_train_steps, c.warmup_steps, c.grad_clip_norm = 500000, 312, 1.0
   if "cpu" in options:
     c.data.data_dir, c.data.num_images = "data/pathfinder128_cpu", 40
-    base.shrink(c, steps=3, batch=1, emb=16, heads=1, layers=1)
+    base.shrink(c, steps=3, batch=1)
     c.eval_every = c.checkpoint_every = 3  # evaluating 16K-token images is the slow part
   return base.finish(c, options)

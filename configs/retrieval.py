@@ -18,11 +18,7 @@ def get_config(arg=None):
   c.task = "retrieval"
   c.data.data_dir = "data/retrieval"  # prepared by `python -m lra.data retrieval`
   c.data.max_len = 4000               # byte tokens per document
-  m = c.model
-  m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = 128, 128, 512, 4, 4
-  m.pair_features = "uvpd"            # "uvpd" = [u, v, u*v, u-v]; "uv" = [u, v]
   c.num_train_steps, c.warmup_steps = 5000, 8000
-  # "paper" changes nothing: the appendix gives no other values for this task.
   if "cpu" in options:
     c.data.max_len = 512
     base.shrink(c, steps=200, batch=16)

@@ -22,13 +22,7 @@ def get_config(arg=None):
   c.data.validation = "heldout"
   c.data.val_fraction = 0.1        # share of train held out for validation
   c.data.split_seed = 0            # which 10%
-  m = c.model
-  m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = 256, 256, 1024, 4, 4
   c.num_train_steps, c.warmup_steps = 20000, 8000
-  if model == "linformer":
-    c.model.attention.k = 32  # LRA's Text setting (the original never passed it to the model)
-  if "paper" in options:
-    m.emb_dim, m.qkv_dim, m.mlp_dim, m.num_heads, m.num_layers = 512, 512, 2048, 8, 6
   if "cpu" in options:
     c.data.max_len = 512
     base.shrink(c, steps=200, batch=16)

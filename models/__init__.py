@@ -1,23 +1,18 @@
-"""Flax models: the shared encoder and one file per token mixer, behind one registry."""
-# Each import registers its mixer by name.
-from models import attention  # noqa: F401  "transformer"
-from models import bigbird  # noqa: F401  "bigbird"
-from models import fnet  # noqa: F401  "fnet"
-from models import linear_transformer  # noqa: F401  "linear_transformer"
-from models import linformer  # noqa: F401  "linformer"
-from models import local  # noqa: F401  "local"
-from models import longformer  # noqa: F401  "longformer"
-from models import lru  # noqa: F401  "lru"
-from models import nystromformer  # noqa: F401  "nystromformer"
-from models import performer  # noqa: F401  "performer"
-from models import reformer  # noqa: F401  "reformer"
-from models import s4d  # noqa: F401  "s4d"
-from models import s5  # noqa: F401  "s5"
-from models import sinkhorn  # noqa: F401  "sinkhorn"
-from models import sparse_transformer  # noqa: F401  "sparse_transformer"
-from models import synthesizer  # noqa: F401  "synthesizer"
-from models import transformer_xl  # noqa: F401  "transformer_xl"
-from models import registry
-from models.encoder import Classifier, DualClassifier, Encoder, build
+"""Flax models: the shared encoder and one file per token mixer, behind one registry.
 
-__all__ = ["Classifier", "DualClassifier", "Encoder", "build", "registry"]
+Importing this package imports neither JAX nor any mixer: `models.registry` finds the mixers by
+reading models/*.py and imports one when its name is asked for, and the encoder's names below
+load models/encoder.py (and Flax) on first use.
+"""
+import importlib
+
+from models import registry
+
+_ENCODER_NAMES = ("Classifier", "DualClassifier", "Encoder", "build")
+__all__ = [*_ENCODER_NAMES, "registry"]
+
+
+def __getattr__(name: str):
+  if name in _ENCODER_NAMES:
+    return getattr(importlib.import_module("models.encoder"), name)
+  raise AttributeError(f"module 'models' has no attribute {name!r}")

@@ -13,9 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
-from models.attention import OutputProjection, QKVProjection, softmax_attention
+from models import settings as s
 from models.blocked import attend, gather_blocks, pad_to_blocks, to_blocks
+from models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
+from models.registry import register
 
 MODES = ("itc", "etc")
 
@@ -79,18 +80,45 @@ def block_pattern(num_blocks: int, *, window_blocks: int, num_random_blocks: int
   return BlockPattern(front, back, index_NxR, valid_NxR)
 
 
-@registry.register("bigbird")
-class BigBirdAttention(nn.Module):
+def sparse_rows(q_BxPxHxK, k_BxPxHxK, v_BxPxHxK, mask_BxP, global_keys, pattern: BlockPattern,
+                blk: int, *, dropout_rng=None, dropout_rate: float = 0.0):
+  """The outputs of the non-global query blocks, BxMxHxK (M = their tokens): each block over
+  its window and random key blocks and the global keys, in one softmax.
+
+  global_keys = (k_BxGxHxK, v_BxGxHxK, mask_BxG).
+  """
+  gk_BxGxHxK, gv_BxGxHxK, gmask_BxG = global_keys
+  batch, padded = mask_BxP.shape
+  num_blocks = padded // blk
+  front, back = pattern.num_front, pattern.num_back
+  num_mid = num_blocks - front - back
+  index_MxR = pattern.index_NxR[front:num_blocks - back]
+  slot_ok_MxRb = np.repeat(pattern.valid_NxR[front:num_blocks - back], blk, axis=1)
+  q_BxMxbxHxK = to_blocks(q_BxPxHxK[:, front * blk:padded - back * blk], blk)
+  k_BxMxRbxHxK = gather_blocks(to_blocks(k_BxPxHxK, blk), index_MxR)
+  v_BxMxRbxHxK = gather_blocks(to_blocks(v_BxPxHxK, blk), index_MxR)
+  kmask_BxMxRb = gather_blocks(to_blocks(mask_BxP, blk), index_MxR) & slot_ok_MxRb[None]
+  # Global keys join every block's own keys so that one softmax covers all of them.
+  gshape = (batch, num_mid) + gk_BxGxHxK.shape[1:]
+  k_BxMxSxHxK = jnp.concatenate(
+      [k_BxMxRbxHxK, jnp.broadcast_to(gk_BxGxHxK[:, None], gshape)], axis=2)
+  v_BxMxSxHxK = jnp.concatenate(
+      [v_BxMxRbxHxK, jnp.broadcast_to(gv_BxGxHxK[:, None], gshape)], axis=2)
+  gmask_BxMxG = jnp.broadcast_to(gmask_BxG[:, None], (batch, num_mid, gmask_BxG.shape[1]))
+  allowed_BxMx1xS = jnp.concatenate([kmask_BxMxRb, gmask_BxMxG], axis=2)[:, :, None]
+  y_BxMxbxHxK = attend(q_BxMxbxHxK, k_BxMxSxHxK, v_BxMxSxHxK, allowed_BxMx1xS,
+                       dropout_rng=dropout_rng, dropout_rate=dropout_rate)
+  return y_BxMxbxHxK.reshape(batch, num_mid * blk, *y_BxMxbxHxK.shape[3:])
+
+
+@register("bigbird")
+class BigBirdAttention(HeadsMixer):
   """BigBird block-sparse attention, ITC (global blocks of the sequence) or ETC (extra tokens).
 
   mode "itc": the first ceil(num_global_blocks / 2) and last floor(num_global_blocks / 2)
   blocks are global. mode "etc": num_extra_global learned token vectors are prepended inside
   the mixer as the global tokens (num_global_blocks is unused) and dropped from the output.
   """
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   layer_index: int = 0  # picks this layer's random pattern
   block_size: int = 64
   num_random_blocks: int = 3
@@ -100,85 +128,62 @@ class BigBirdAttention(nn.Module):
   num_extra_global: int = 128  # ETC: as many global tokens as ITC's 2 blocks of 64
   seed: int = 0
 
-  def _check(self):
-    if self.mode not in MODES:
-      raise ValueError(f"bigbird mode {self.mode!r} is not one of {', '.join(MODES)}")
-    if self.block_size < 1:
-      raise ValueError(f"bigbird block_size must be >= 1, got {self.block_size}")
-    if self.window_blocks < 1 or self.window_blocks % 2 == 0:
-      raise ValueError(f"bigbird window_blocks must be odd and >= 1, got {self.window_blocks}")
-    if self.num_random_blocks < 0 or self.num_global_blocks < 0:
-      raise ValueError("bigbird num_random_blocks and num_global_blocks must be >= 0")
+  SETTINGS = {"block_size": s.Int(1), "num_random_blocks": s.Int(0),
+              "window_blocks": s.Int(1), "num_global_blocks": s.Int(0),
+              "mode": s.Choice(MODES), "num_extra_global": s.Int(0), "seed": s.Int(0)}
+  SUBQUADRATIC = True
+
+  def check_settings(self) -> None:
+    super().check_settings()
+    if self.window_blocks % 2 == 0:
+      s.fail(s.attention_key("window_blocks"), self.window_blocks, "an odd integer >= 1")
     if self.mode == "etc" and self.num_extra_global < 1:
-      raise ValueError(f"bigbird ETC needs num_extra_global >= 1, got {self.num_extra_global}")
+      s.fail(s.attention_key("num_extra_global"), self.num_extra_global,
+             "an integer >= 1 with mode 'etc'")
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
-    self._check()
     batch, length, dim = x_BxLxD.shape
     blk = self.block_size
-    mask_BxL = mask_BxL.astype(bool)
     etc = self.mode == "etc"
     if etc:
       # One projection for tokens and sequence, so global tokens share the layer's Q/K/V.
-      tokens_GxD = self.param("global_tokens", nn.initializers.normal(1.0),
-                              (self.num_extra_global, dim))
-      tokens_BxGxD = jnp.broadcast_to(tokens_GxD.astype(x_BxLxD.dtype)[None],
-                                      (batch, self.num_extra_global, dim))
+      g = self.num_extra_global
+      tokens_GxD = self.param("global_tokens", nn.initializers.normal(1.0), (g, dim))
+      tokens_BxGxD = jnp.broadcast_to(tokens_GxD.astype(x_BxLxD.dtype)[None], (batch, g, dim))
       x_BxLxD = jnp.concatenate([tokens_BxGxD, x_BxLxD], axis=1)
     q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype)(x_BxLxD)
     if etc:
-      g = self.num_extra_global
       # The tokens' own query rows are not computed: they are re-created from the same
       # parameters in every layer and dropped, so their outputs could reach nothing.
-      gk_BxGxHxK, gv_BxGxHxK = k[:, :g], v[:, :g]
-      gmask_BxG = jnp.ones((batch, g), bool)
+      global_keys = (k[:, :g], v[:, :g], jnp.ones((batch, g), bool))
       q, k, v = q[:, g:], k[:, g:], v[:, g:]
 
-    q_BxPxHxK, _ = pad_to_blocks(q, blk)
-    k_BxPxHxK, _ = pad_to_blocks(k, blk)
-    v_BxPxHxK, _ = pad_to_blocks(v, blk)
-    mask_BxP, _ = pad_to_blocks(mask_BxL, blk, value=False)
+    q_BxPxHxK, k_BxPxHxK, v_BxPxHxK = (pad_to_blocks(t, blk)[0] for t in (q, k, v))
+    mask_BxP, _ = pad_to_blocks(mask_BxL.astype(bool), blk, value=False)
     padded = mask_BxP.shape[1]
-    num_blocks = padded // blk
-    pattern = block_pattern(num_blocks, window_blocks=self.window_blocks,
+    pattern = block_pattern(padded // blk, window_blocks=self.window_blocks,
                             num_random_blocks=self.num_random_blocks,
                             num_global_blocks=0 if etc else self.num_global_blocks,
                             seed=self.seed, layer_index=self.layer_index)
-    front, back = pattern.num_front, pattern.num_back
-    start, stop = front * blk, padded - back * blk  # token range of non-global query blocks
+    start, stop = pattern.num_front * blk, padded - pattern.num_back * blk  # non-global rows
     if not etc:
-      gk_BxGxHxK = jnp.concatenate([k_BxPxHxK[:, :start], k_BxPxHxK[:, stop:]], axis=1)
-      gv_BxGxHxK = jnp.concatenate([v_BxPxHxK[:, :start], v_BxPxHxK[:, stop:]], axis=1)
-      gmask_BxG = jnp.concatenate([mask_BxP[:, :start], mask_BxP[:, stop:]], axis=1)
+      ends = lambda t: jnp.concatenate([t[:, :start], t[:, stop:]], axis=1)
+      global_keys = (ends(k_BxPxHxK), ends(v_BxPxHxK), ends(mask_BxP))
 
-    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    rng = self.attention_rng(deterministic)
     rngs = [None] * 3 if rng is None else list(jax.random.split(rng, 3))
+    dense_rows = lambda q_BxGxHxK, rng: softmax_attention(
+        q_BxGxHxK, k_BxPxHxK, v_BxPxHxK, mask_BxP, dropout_rng=rng,
+        dropout_rate=self.dropout_rate)
     pieces = []
-    if front:  # global query blocks at the start: dense over all keys (linear in L)
-      pieces.append(softmax_attention(q_BxPxHxK[:, :start], k_BxPxHxK, v_BxPxHxK, mask_BxP,
-                                      dropout_rng=rngs[0], dropout_rate=self.dropout_rate))
-    num_mid = num_blocks - front - back
-    if num_mid:
-      index_MxR = pattern.index_NxR[front:num_blocks - back]
-      slot_ok_MxRb = np.repeat(pattern.valid_NxR[front:num_blocks - back], blk, axis=1)
-      q_BxMxbxHxK = to_blocks(q_BxPxHxK[:, start:stop], blk)
-      k_BxMxRbxHxK = gather_blocks(to_blocks(k_BxPxHxK, blk), index_MxR)
-      v_BxMxRbxHxK = gather_blocks(to_blocks(v_BxPxHxK, blk), index_MxR)
-      kmask_BxMxRb = gather_blocks(to_blocks(mask_BxP, blk), index_MxR) & slot_ok_MxRb[None]
-      # Global keys join every block's own keys so that one softmax covers all of them.
-      gshape = (batch, num_mid) + gk_BxGxHxK.shape[1:]
-      k_BxMxSxHxK = jnp.concatenate(
-          [k_BxMxRbxHxK, jnp.broadcast_to(gk_BxGxHxK[:, None], gshape)], axis=2)
-      v_BxMxSxHxK = jnp.concatenate(
-          [v_BxMxRbxHxK, jnp.broadcast_to(gv_BxGxHxK[:, None], gshape)], axis=2)
-      gmask_BxMxG = jnp.broadcast_to(gmask_BxG[:, None], (batch, num_mid, gmask_BxG.shape[1]))
-      allowed_BxMx1xS = jnp.concatenate([kmask_BxMxRb, gmask_BxMxG], axis=2)[:, :, None]
-      y_BxMxbxHxK = attend(q_BxMxbxHxK, k_BxMxSxHxK, v_BxMxSxHxK, allowed_BxMx1xS,
-                           dropout_rng=rngs[1], dropout_rate=self.dropout_rate)
-      pieces.append(y_BxMxbxHxK.reshape(batch, num_mid * blk, *y_BxMxbxHxK.shape[3:]))
-    if back:  # global query blocks at the end
-      pieces.append(softmax_attention(q_BxPxHxK[:, stop:], k_BxPxHxK, v_BxPxHxK, mask_BxP,
-                                      dropout_rng=rngs[2], dropout_rate=self.dropout_rate))
+    if start:  # global query blocks at the start: dense over all keys (linear in L)
+      pieces.append(dense_rows(q_BxPxHxK[:, :start], rngs[0]))
+    if stop > start:
+      pieces.append(sparse_rows(q_BxPxHxK, k_BxPxHxK, v_BxPxHxK, mask_BxP, global_keys,
+                                pattern, blk, dropout_rng=rngs[1],
+                                dropout_rate=self.dropout_rate))
+    if stop < padded:  # global query blocks at the end
+      pieces.append(dense_rows(q_BxPxHxK[:, stop:], rngs[2]))
     y_BxLxHxK = jnp.concatenate(pieces, axis=1)[:, :length]
     return OutputProjection(dim, self.dtype)(y_BxLxHxK)

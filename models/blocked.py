@@ -2,10 +2,9 @@
 and softmax attention over the gathered keys only (no L x L matrix anywhere)."""
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 
-from models.attention import MASK_VALUE, dropout_weights
+from models.common import masked_softmax
 
 
 def pad_to_blocks(x_BxLx___, block: int, value=0):
@@ -22,6 +21,11 @@ def to_blocks(x_BxLx___, block: int):
   """BxLx... -> BxNxbx... (L must be a multiple of block)."""
   b, length = x_BxLx___.shape[:2]
   return x_BxLx___.reshape(b, length // block, block, *x_BxLx___.shape[2:])
+
+
+def padded_blocks(x_BxLx___, block: int, value=0):
+  """pad_to_blocks then to_blocks: BxLx... -> BxNxbx... (N = ceil(L / block))."""
+  return to_blocks(pad_to_blocks(x_BxLx___, block, value)[0], block)
 
 
 def gather_blocks(x_BxNxbx___, index_NxR):
@@ -41,9 +45,7 @@ def attend(q_BxNxQxHxK, k_BxNxMxHxK, v_BxNxMxHxK, allowed_BxNxQxM, *, dropout_rn
   scale = q_BxNxQxHxK.shape[-1] ** -0.5
   logits_BxNxHxQxM = jnp.einsum("bnqhk,bnmhk->bnhqm", q_BxNxQxHxK * scale, k_BxNxMxHxK,
                                 preferred_element_type=jnp.float32)
-  logits_BxNxHxQxM = jnp.where(allowed_BxNxQxM[:, :, None], logits_BxNxHxQxM, MASK_VALUE)
-  weights_BxNxHxQxM = jax.nn.softmax(logits_BxNxHxQxM, axis=-1)
-  if dropout_rng is not None and dropout_rate > 0.0:
-    weights_BxNxHxQxM = dropout_weights(dropout_rng, weights_BxNxHxQxM, dropout_rate)
+  weights_BxNxHxQxM = masked_softmax(logits_BxNxHxQxM, allowed_BxNxQxM[:, :, None],
+                                     dropout_rng=dropout_rng, dropout_rate=dropout_rate)
   return jnp.einsum("bnhqm,bnmhk->bnqhk", weights_BxNxHxQxM.astype(v_BxNxMxHxK.dtype),
                     v_BxNxMxHxK)

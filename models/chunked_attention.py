@@ -16,7 +16,7 @@ so a train step holds O(N) activations. The paper checkpoints the key-chunk step
 also checkpoint the query-chunk body, because otherwise the outer loop keeps every key-chunk
 carry of every query chunk (N x N/C values) for the backward pass.
 
-Semantics match models.attention.softmax_attention exactly: logits and sums in float32, masked
+Semantics match models.common.softmax_attention exactly: logits and sums in float32, masked
 keys take the logit MASK_VALUE (so a query whose keys are all masked gets the same uniform
 average over the masked keys as the dense formula), and the keys added only to fill the last
 chunk take 2 * MASK_VALUE, which underflows to weight 0 next to any real or masked key.
@@ -34,7 +34,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from models.attention import MASK_VALUE, dropout_weights
+from models.common import MASK_VALUE, dropout_weights
 
 # Logit of the keys that only fill the last chunk: exp(FILL - MASK_VALUE) == 0 in float32, so
 # these keys get no weight even in a row whose real keys are all masked.
@@ -60,6 +60,34 @@ def balanced_chunk(length: int, chunk: int) -> int:
   return -(-length // count)
 
 
+def _key_chunk_step(q_BxHxQxK, rng, dropout_rate: float):
+  """The scan body over key chunks for one query chunk: folds a chunk of keys into the running
+  (max, denominator, weighted value sum); `rng` None means no dropout."""
+
+  def key_chunk_step(carry, chunk):
+    max_BxHxQ, denom_BxHxQ, acc_BxHxQxK = carry
+    k_BxHxCxK, v_BxHxCxK, real_BxC, fill_BxC, k_index = chunk
+    logits_BxHxQxC = jnp.einsum("bhqk,bhck->bhqc", q_BxHxQxK, k_BxHxCxK,
+                                preferred_element_type=jnp.float32)
+    logits_BxHxQxC = jnp.where(real_BxC[:, None, None, :], logits_BxHxQxC,
+                               fill_BxC[:, None, None, :])
+    # The result does not depend on the shift, so it carries no gradient (exactly).
+    new_max_BxHxQ = jax.lax.stop_gradient(
+        jnp.maximum(max_BxHxQ, jnp.max(logits_BxHxQxC, axis=-1)))
+    weights_BxHxQxC = jnp.exp(logits_BxHxQxC - new_max_BxHxQ[..., None])
+    rescale_BxHxQ = jnp.exp(max_BxHxQ - new_max_BxHxQ)  # 0 at the first chunk (-inf)
+    denom_BxHxQ = denom_BxHxQ * rescale_BxHxQ + jnp.sum(weights_BxHxQxC, axis=-1)
+    if rng is not None:
+      weights_BxHxQxC = dropout_weights(jax.random.fold_in(rng, k_index), weights_BxHxQxC,
+                                        dropout_rate)
+    acc_BxHxQxK = acc_BxHxQxK * rescale_BxHxQ[..., None] + jnp.einsum(
+        "bhqc,bhck->bhqk", weights_BxHxQxC.astype(v_BxHxCxK.dtype), v_BxHxCxK,
+        preferred_element_type=jnp.float32)
+    return (new_max_BxHxQ, denom_BxHxQ, acc_BxHxQxK), None
+
+  return key_chunk_step
+
+
 def chunked_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
                       query_chunk: int = 256, key_chunk: int = 256, dropout_rng=None,
                       dropout_rate: float = 0.0):
@@ -83,28 +111,7 @@ def chunked_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
 
   def query_chunk_attention(q_BxHxQxK, q_index):
     rng = jax.random.fold_in(dropout_rng, q_index) if dropout else None
-
-    def key_chunk_step(carry, chunk):
-      max_BxHxQ, denom_BxHxQ, acc_BxHxQxK = carry
-      k_BxHxCxK, v_BxHxCxK, real_BxC, fill_BxC, k_index = chunk
-      logits_BxHxQxC = jnp.einsum("bhqk,bhck->bhqc", q_BxHxQxK, k_BxHxCxK,
-                                  preferred_element_type=jnp.float32)
-      logits_BxHxQxC = jnp.where(real_BxC[:, None, None, :], logits_BxHxQxC,
-                                 fill_BxC[:, None, None, :])
-      # The result does not depend on the shift, so it carries no gradient (exactly).
-      new_max_BxHxQ = jax.lax.stop_gradient(
-          jnp.maximum(max_BxHxQ, jnp.max(logits_BxHxQxC, axis=-1)))
-      weights_BxHxQxC = jnp.exp(logits_BxHxQxC - new_max_BxHxQ[..., None])
-      rescale_BxHxQ = jnp.exp(max_BxHxQ - new_max_BxHxQ)  # 0 at the first chunk (-inf)
-      denom_BxHxQ = denom_BxHxQ * rescale_BxHxQ + jnp.sum(weights_BxHxQxC, axis=-1)
-      if dropout:
-        weights_BxHxQxC = dropout_weights(jax.random.fold_in(rng, k_index), weights_BxHxQxC,
-                                          dropout_rate)
-      acc_BxHxQxK = acc_BxHxQxK * rescale_BxHxQ[..., None] + jnp.einsum(
-          "bhqc,bhck->bhqk", weights_BxHxQxC.astype(v_BxHxCxK.dtype), v_BxHxCxK,
-          preferred_element_type=jnp.float32)
-      return (new_max_BxHxQ, denom_BxHxQ, acc_BxHxQxK), None
-
+    key_chunk_step = _key_chunk_step(q_BxHxQxK, rng, dropout_rate)
     init = (jnp.full((batch, heads, q_chunk), -jnp.inf, jnp.float32),
             jnp.zeros((batch, heads, q_chunk), jnp.float32),
             jnp.zeros((batch, heads, q_chunk, head_dim), jnp.float32))

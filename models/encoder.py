@@ -1,6 +1,7 @@
 """The shared encoder: every attention variant plugs into it as a token mixer."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -8,11 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from models import registry, reversible
+from models import settings as s
 
 POOLINGS = ("CLS", "MEAN", "SUM")
 PAIR_FEATURES = ("uvpd", "uv")  # [u, v, u*v, u-v] (the paper) or [u, v] (the code shipped)
 POSITIONS = ("sinusoidal", "learned", "none")  # "none": the mixer encodes positions itself
 NORMS = ("layer", "batch")
+DTYPES = ("float32", "bfloat16", "float16")  # compute dtype; parameters stay float32
 # BatchNorm's running averages: new = 0.9 old + 0.1 batch (PyTorch's default, as S4's runs used).
 BATCH_NORM_MOMENTUM = 0.9
 
@@ -341,53 +344,55 @@ class DualClassifier(nn.Module):
 
 
 def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair: bool):
-  """Builds the classifier from a plain dict of model settings (config.model).
-
-  Checks every choice now, so a bad config fails before any compilation.
-  """
+  """Builds the classifier from a plain dict of model settings (config.model). Checks every
+  setting now, the mixer's included (SettingError): a bad config fails before any tracing."""
   model = dict(model)
   mixer = model.pop("name")
   settings = dict(model.pop("attention", {}) or {})
   pair_features = model.pop("pair_features", "uvpd")
-  registry.make(mixer, settings, num_heads=model.get("num_heads", 1),
-                qkv_dim=model.get("qkv_dim", 1))  # validates the name and settings
-  for key, valid in (("pooling", POOLINGS), ("positions", POSITIONS)):
-    if key in model and model[key] not in valid:
-      raise registry.UnknownSettingError(
-          f"config.model.{key}={model[key]!r} is not one of {', '.join(valid)}")
-  if pair and pair_features not in PAIR_FEATURES:
-    raise registry.UnknownSettingError(
-        f"config.model.pair_features={pair_features!r} is not one of {', '.join(PAIR_FEATURES)}")
-  if model.get("pooling") == "CLS" and not model.get("use_cls", True):
-    raise registry.UnknownSettingError("pooling 'CLS' needs config.model.use_cls=True")
-  _check_block_options(model)
+  fields = {f.name for f in dataclasses.fields(Encoder) if f.init} - {
+      "vocab_size", "max_len", "mixer", "mixer_settings", "parent", "name"}
+  unknown = sorted(set(model) - fields)
+  if unknown:
+    raise s.SettingError(f"config.model has no setting(s) {', '.join(unknown)}; it takes: "
+                         f"name, attention, pair_features, {', '.join(sorted(fields))}")
+  if pair:
+    s.check(s.model_key("pair_features"), pair_features, s.Choice(PAIR_FEATURES))
+  _check_encoder_options(model)
   encoder = Encoder(vocab_size=vocab_size, max_len=max_len, mixer=mixer,
                     mixer_settings=settings, **model)
+  # The mixer as the blocks build it (checked on construction), and with the longest input.
+  registry.make(mixer, settings, length=max_len + int(encoder.use_cls),
+                num_heads=encoder.num_heads, qkv_dim=encoder.qkv_dim,
+                dropout_rate=encoder.attention_dropout_rate, dtype=encoder.dtype)
   if pair:
     return DualClassifier(encoder, num_classes, pair_features)
   return Classifier(encoder, num_classes)
 
 
-def _check_block_options(model: dict) -> None:
-  """The encoder's block options: valid values, and the combinations reversible layers allow."""
-  error = registry.UnknownSettingError
-  if model.get("norm", "layer") not in NORMS:
-    raise error(f"config.model.norm={model['norm']!r} is not one of {', '.join(NORMS)}")
-  for key in ("feedforward", "prenorm", "reversible"):
-    if not isinstance(model.get(key, True), (bool, np.bool_)):
-      raise error(f"config.model.{key}={model[key]!r} must be True or False")
-  chunks = model.get("ffn_chunks", 1)
-  if isinstance(chunks, (bool, np.bool_)) or not isinstance(chunks, (int, np.integer)) \
-      or chunks < 1:
-    raise error(f"config.model.ffn_chunks={chunks!r} must be an integer >= 1")
+_ENCODER_RULES = dict(
+    emb_dim=s.Int(1), num_heads=s.Int(1), qkv_dim=s.Int(1), mlp_dim=s.Int(1),
+    num_layers=s.Int(1), dropout_rate=s.Float(0.0, 1.0, open="high"),
+    attention_dropout_rate=s.Float(0.0, 1.0, open="high"), positions=s.Choice(POSITIONS),
+    use_cls=s.Bool(), pooling=s.Choice(POOLINGS), dtype=s.Choice(DTYPES),
+    ffn_chunks=s.Int(1), feedforward=s.Bool(), norm=s.Choice(NORMS), prenorm=s.Bool(),
+    reversible=s.Bool())
+
+
+def _check_encoder_options(model: dict) -> None:
+  """The encoder's options: valid values, and the combinations they allow together."""
+  for key, rule in _ENCODER_RULES.items():
+    if key in model:
+      s.check(s.model_key(key), model[key], rule)
+  if model.get("pooling") == "CLS" and not model.get("use_cls", True):
+    s.fail(s.model_key("pooling"), "CLS", "'MEAN' or 'SUM' with config.model.use_cls=False "
+           "('CLS' pools the CLS token)")
   if model.get("reversible", False):
     # y1 = x1 + f(x2), y2 = x2 + g(y1) needs both branches, inside the residuals.
-    if model.get("norm", "layer") != "layer":
-      raise error("config.model.reversible=True needs norm='layer' (batch statistics are "
-                  "state the recomputing backward pass cannot rebuild)")
-    if not model.get("prenorm", True):
-      raise error("config.model.reversible=True needs prenorm=True (a norm after the residual "
-                  "sum cannot be inverted)")
-    if not model.get("feedforward", True):
-      raise error("config.model.reversible=True needs feedforward=True (the MLP is the "
-                  "second branch of every reversible layer)")
+    reason = dict(norm=("layer", "the recomputing backward pass cannot rebuild batch statistics"),
+                  prenorm=(True, "a norm after the residual sum cannot be inverted"),
+                  feedforward=(True, "the MLP is the second branch of every reversible layer"))
+    for key, (needed, why) in reason.items():
+      if model.get(key, needed) != needed:
+        s.fail(s.model_key(key), model[key],
+               f"{needed!r} with config.model.reversible=True ({why})")

@@ -36,7 +36,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import registry
+from models import settings as s
+from models.common import Mixer
+from models.registry import register
 
 
 def _dft_cos_sin(n: int):
@@ -66,19 +68,22 @@ def fourier_mix(x_BxLxD, *, use_fft: bool = True, normalize: bool = False):
   return y_BxLxD
 
 
-@registry.register("fnet")
-class FourierMixer(nn.Module):
-  """FNet's parameter-free Fourier token mixing, padded positions zeroed first."""
-  ENCODER_DEFAULTS = {"prenorm": False}  # the paper's post-LayerNorm block (see the docstring)
+@register("fnet")
+class FourierMixer(Mixer):
+  """FNet's parameter-free Fourier token mixing, padded positions zeroed first.
+
+  Every task runs FNet in the paper's post-LayerNorm block (prenorm=False, configs/table.py);
+  see the module docstring. dropout_rate and dtype are unused: no weights to drop, and the
+  transform runs in float32 and returns the input's dtype.
+  """
   use_fft: bool = True  # False: DFT-matrix products (the paper's TPU path; L x L memory)
   normalize: bool = False  # True: divide by sqrt(L * D); see the module docstring
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    for name in ("use_fft", "normalize"):
-      if not isinstance(getattr(self, name), bool):
-        raise ValueError(f"fnet {name} must be True or False, got {getattr(self, name)!r}")
-    super().__post_init__()
+  SETTINGS = {"use_fft": s.Bool(), "normalize": s.Bool()}
+
+  @property
+  def SUBQUADRATIC(self) -> bool:  # noqa: N802  (the flag every mixer has)
+    return self.use_fft  # the DFT-matrix path holds L x L matrices
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):

@@ -11,8 +11,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import registry
-from models.attention import OutputProjection, QKVProjection
+from models import settings as s
+from models.common import HeadsMixer, OutputProjection, QKVProjection
+from models.registry import register
 
 
 def feature_map(x):
@@ -33,15 +34,13 @@ def linear_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, key_mask_BxL, eps: float):
   return numer_BxLxHxV / denom_BxLxH[..., None]
 
 
-@registry.register("linear_transformer")
-class LinearTransformerAttention(nn.Module):
+@register("linear_transformer")
+class LinearTransformerAttention(HeadsMixer):
   """elu+1 kernel attention over the non-padded tokens, computed without an L x L matrix."""
-  num_heads: int
-  qkv_dim: int
-  # Part of the mixer interface, unused: there is no attention-weight matrix to drop from.
-  dropout_rate: float = 0.0
-  dtype: str = "float32"
   eps: float = 1e-6  # added to the normaliser (the paper's code uses 1e-6)
+
+  SETTINGS = {"eps": s.Float(0.0, open="low")}
+  SUBQUADRATIC = True
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax.numpy as jnp
-import numpy as np
 
-from models import registry
-from models.attention import OutputProjection, QKVProjection, softmax_attention
+from models import settings as s
+from models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
+from models.registry import register
 
 SHARINGS = ("none", "kv", "layer")
 
@@ -43,25 +43,15 @@ class SharedProjection(nn.Module):
     return _projection(self, "E", self.k, length)
 
 
-@registry.register("linformer")
-class LinformerAttention(nn.Module):
+@register("linformer")
+class LinformerAttention(HeadsMixer):
   """Softmax attention of every query over k learned sequence-projections of the keys."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   k: int = 16  # projected length; LRA's Text config asks for 32
   sharing: str = "none"  # "none": separate E and F; "kv": one for both; "layer": one for all
   shared: SharedProjection | None = None  # the encoder's E, given when sharing == "layer"
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    if not isinstance(self.k, (int, np.integer)) or self.k < 1:
-      raise ValueError(f"linformer needs k >= 1, got {self.k!r}")
-    if self.sharing not in SHARINGS:
-      raise ValueError(f"unknown linformer sharing {self.sharing!r}; valid: "
-                       f"{', '.join(SHARINGS)}")
-    super().__post_init__()
+  SETTINGS = {"k": s.Int(1), "sharing": s.Choice(SHARINGS)}
+  SUBQUADRATIC = True
 
   @staticmethod
   def make_shared(settings, **_):
@@ -99,7 +89,7 @@ class LinformerAttention(nn.Module):
 
     # Every projected row mixes real positions only, so none of them is masked.
     all_Bxk = jnp.ones(keys_BxkxHxK.shape[:2], bool)
-    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    rng = self.attention_rng(deterministic)
     y_BxLxHxK = softmax_attention(q_BxLxHxK, keys_BxkxHxK, values_BxkxHxK, all_Bxk,
                                   dropout_rng=rng, dropout_rate=self.dropout_rate)
     return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxLxHxK)

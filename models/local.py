@@ -11,42 +11,34 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
-from models.attention import OutputProjection, QKVProjection
-from models.blocked import attend, gather_blocks, pad_to_blocks, to_blocks
+from models import settings as s
+from models.blocked import attend, gather_blocks, padded_blocks
+from models.common import HeadsMixer, OutputProjection, QKVProjection
+from models.registry import register
 
 
-@registry.register("local")
-class LocalAttention(nn.Module):
+@register("local")
+class LocalAttention(HeadsMixer):
   """Softmax attention within contiguous blocks (optionally plus the neighbouring blocks)."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   block_size: int = 50  # LRA's setting; the image tasks use 64
   overlap: bool = False  # also attend to the previous and the next block
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    if not isinstance(self.block_size, (int, np.integer)) or self.block_size < 1:
-      raise ValueError(f"local attention needs block_size >= 1, got {self.block_size!r}")
-    super().__post_init__()
+  SETTINGS = {"block_size": s.Int(1), "overlap": s.Bool()}
+  SUBQUADRATIC = True
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
                                                     self.dtype)(x_BxLxD)
-    length = x_BxLxD.shape[1]
+    batch, length = mask_BxL.shape
     # A block longer than the input is one block of the input's length: same pattern, no
     # padding work.
     block = min(int(self.block_size), length)
-
-    q_BxPxHxK, _ = pad_to_blocks(q_BxLxHxK, block)
-    k_BxPxHxK, _ = pad_to_blocks(k_BxLxHxK, block)
-    v_BxPxHxK, _ = pad_to_blocks(v_BxLxHxK, block)
+    q_BxNxQxHxK, k_BxNxbxHxK, v_BxNxbxHxK = (padded_blocks(t, block)
+                                             for t in (q_BxLxHxK, k_BxLxHxK, v_BxLxHxK))
     # The positions added to fill the last block are padding: False, so they get no weight.
-    keep_BxP, _ = pad_to_blocks(mask_BxL.astype(bool), block, value=False)
-    num_blocks = q_BxPxHxK.shape[1] // block
+    keep_BxNxb = padded_blocks(mask_BxL.astype(bool), block, value=False)
+    num_blocks = keep_BxNxb.shape[1]
 
     # Key blocks of every query block: itself, or (previous, itself, next) with overlap.
     offsets_R = np.array([-1, 0, 1] if self.overlap else [0])
@@ -57,14 +49,13 @@ class LocalAttention(nn.Module):
     index_NxR = np.clip(index_NxR, 0, num_blocks - 1)
     exists_NxM = np.repeat(exists_NxR, block, axis=1)
 
-    q_BxNxQxHxK = to_blocks(q_BxPxHxK, block)
-    k_BxNxMxHxK = gather_blocks(to_blocks(k_BxPxHxK, block), index_NxR)
-    v_BxNxMxHxK = gather_blocks(to_blocks(v_BxPxHxK, block), index_NxR)
-    keep_BxNxM = gather_blocks(to_blocks(keep_BxP, block), index_NxR)
+    k_BxNxMxHxK = gather_blocks(k_BxNxbxHxK, index_NxR)
+    v_BxNxMxHxK = gather_blocks(v_BxNxbxHxK, index_NxR)
+    keep_BxNxM = gather_blocks(keep_BxNxb, index_NxR)
     allowed_BxNx1xM = (keep_BxNxM & jnp.asarray(exists_NxM)[None])[:, :, None, :]
 
-    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    rng = self.attention_rng(deterministic)
     y_BxNxQxHxK = attend(q_BxNxQxHxK, k_BxNxMxHxK, v_BxNxMxHxK, allowed_BxNx1xM,
                          dropout_rng=rng, dropout_rate=self.dropout_rate)
-    y_BxPxHxK = y_BxNxQxHxK.reshape(q_BxPxHxK.shape[0], -1, *y_BxNxQxHxK.shape[3:])
+    y_BxPxHxK = y_BxNxQxHxK.reshape(batch, -1, *y_BxNxQxHxK.shape[3:])
     return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxPxHxK[:, :length])

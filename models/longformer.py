@@ -17,9 +17,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
-from models.attention import OutputProjection, QKVProjection, softmax_attention
+from models import settings as s
 from models.blocked import attend, gather_blocks, pad_to_blocks, to_blocks
+from models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
+from models.registry import register
 
 
 def layer_window(window: int, growth: float, layer_index: int) -> int:
@@ -90,13 +91,9 @@ def dilated_window_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, window_key_BxL, kg
   return y_BxPxHxK[:, :length]
 
 
-@registry.register("longformer")
-class LongformerAttention(nn.Module):
+@register("longformer")
+class LongformerAttention(HeadsMixer):
   """Beltagy et al. 2020: sliding window (dilated per head) + symmetric global attention."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   layer_index: int = 0
   window: int = 512  # total span w: w/2 keys on each side (the LRA setting)
   # One value per head, or one for all heads; any other length is an error.
@@ -107,29 +104,40 @@ class LongformerAttention(nn.Module):
   separate_global_projections: bool = True
   window_growth: float = 1.0  # layer k uses window * window_growth**k (even, >= 2)
 
+  SETTINGS = {"window": s.Int(2), "dilation": s.Ints(1, scalar_ok=True),
+              "global_positions": s.Ints(0, empty_ok=True),
+              "separate_global_projections": s.Bool(),
+              "window_growth": s.Float(0.0, open="low")}
+  SUBQUADRATIC = True
+
+  def check_settings(self) -> None:
+    super().check_settings()
+    if self.window % 2:
+      s.fail(s.attention_key("window"), self.window, "an even integer >= 2")
+    if len(self._dilations()) not in (1, self.num_heads):
+      s.fail(s.attention_key("dilation"), self.dilation,
+             f"1 or config.model.num_heads={self.num_heads} values")
+
+  def check_length(self, length: int) -> None:
+    if any(p >= length for p in self.global_positions):
+      s.fail(s.attention_key("global_positions"), self.global_positions,
+             f"positions below the sequence length {length} (CLS token included)")
+
+  def _dilations(self) -> tuple[int, ...]:
+    return (self.dilation,) if s.is_int(self.dilation) else tuple(self.dilation)
+
   def head_dilations(self) -> tuple[int, ...]:
-    dilation = (self.dilation,) if isinstance(self.dilation, int) else tuple(self.dilation)
-    if len(dilation) == 1:
-      dilation = dilation * self.num_heads
-    if len(dilation) != self.num_heads:
-      raise ValueError(f"longformer dilation {tuple(self.dilation)} needs 1 or num_heads="
-                       f"{self.num_heads} values")
-    if any(int(d) != d or d < 1 for d in dilation):
-      raise ValueError(f"longformer dilation {dilation} must be positive integers")
-    return tuple(int(d) for d in dilation)
+    dilation = self._dilations()
+    return tuple(int(d) for d in (dilation * self.num_heads if len(dilation) == 1 else dilation))
 
   def checked_global_positions(self, length: int) -> tuple[int, ...]:
     positions = tuple(sorted(set(int(p) for p in self.global_positions)))
-    if positions and (positions[0] < 0 or positions[-1] >= length):
+    if positions and positions[-1] >= length:  # an input shorter than the model's length
       raise ValueError(f"longformer global_positions {positions} must lie in [0, {length})")
     return positions
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
-    if self.window < 2 or self.window % 2:
-      raise ValueError(f"longformer window {self.window} must be an even number >= 2")
-    if self.window_growth <= 0:
-      raise ValueError(f"longformer window_growth {self.window_growth} must be positive")
     length = x_BxLxD.shape[1]
     half = layer_window(self.window, self.window_growth, self.layer_index) // 2
     dilations = self.head_dilations()

@@ -43,17 +43,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
-from models.s5 import as_complex, diagonal_recurrence, project_in, real_part_out
+from models import settings as s
+from models.registry import register
+from models.ssm import SSMMixer, as_complex, glu, masked_input, project_in, recurrence_out
 
 # Smallest uniform draw for the ring: u = 0 would put |Lambda| exactly at r_min = 0, where
 # nu_log = +inf and its gradient is NaN.
 _TINY = 1e-7
-
-
-def _is_number(value) -> bool:
-  return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-      value, (bool, np.bool_))
 
 
 def magnitude_and_phase(nu_log_N, theta_log_N):
@@ -66,39 +62,31 @@ def eigenvalues(nu_log_N, theta_log_N):
   return jnp.exp(jax.lax.complex(-jnp.exp(nu_log_N), jnp.exp(theta_log_N)))
 
 
-@registry.register("lru")
-class LRU(nn.Module):
+@register("lru")
+class LRU(SSMMixer):
   """Linear Recurrent Unit by parallel scan (+ D skip), GELU, dropout, GLU output."""
-  dropout_rate: float = 0.0  # dropout after the GELU (the encoder's attention_dropout_rate)
-  dtype: str = "float32"
+  # dropout_rate (the encoder's attention_dropout_rate) is the dropout after the GELU.
   state_size: int = 256  # N complex states
   r_min: float = 0.0  # |Lambda| starts in [r_min, r_max] (uniform on the ring's area)
   r_max: float = 1.0
-  max_phase: float = 2 * np.pi  # arg(Lambda) starts uniform in [0, max_phase]
+  max_phase: float = 6.283185307179586  # 2 pi: arg(Lambda) starts uniform in [0, max_phase]
   bidirectional: bool = False  # add a recurrence from the end with its own C
   tie_dropout: bool = True  # one dropout mask per channel for the whole sequence
 
   # Leaf names that train with config.ssm_learning_rate and no weight decay (lra/optim.py).
   OPTIMIZER_GROUP = ("nu_log", "theta_log", "gamma_log")
-  # The recurrence encodes positions itself; the LRU models mean-pool (a causal recurrence
-  # would give a CLS token at position 0 nothing to see).
-  ENCODER_DEFAULTS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
+  # The encoder adds no absolute positions to the LRU and mean-pools without a CLS token
+  # (configs/table.py): the recurrence encodes positions itself, and a causal recurrence would
+  # give a CLS token at position 0 nothing to see.
+  SETTINGS = {"state_size": s.Int(1), "r_min": s.Float(0.0, 1.0, open="high"),
+              "r_max": s.Float(0.0, 1.0, open="low"), "max_phase": s.Float(0.0, open="low"),
+              "bidirectional": s.Bool(), "tie_dropout": s.Bool()}
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    n = self.state_size
-    if not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)) or n < 1:
-      raise ValueError(f"lru state_size must be an integer >= 1, got {n!r}")
-    if not (_is_number(self.r_min) and _is_number(self.r_max)
-            and 0 <= self.r_min <= self.r_max <= 1 and self.r_min < 1 and self.r_max > 0):
-      raise ValueError(f"lru needs 0 <= r_min <= r_max <= 1 with r_min < 1 and r_max > 0, got "
-                       f"r_min={self.r_min!r}, r_max={self.r_max!r}")
-    if not _is_number(self.max_phase) or not self.max_phase > 0:
-      raise ValueError(f"lru max_phase must be > 0, got {self.max_phase!r}")
-    for name in ("bidirectional", "tie_dropout"):
-      if not isinstance(getattr(self, name), (bool, np.bool_)):
-        raise ValueError(f"lru {name} must be True or False, got {getattr(self, name)!r}")
-    super().__post_init__()
+  def check_settings(self) -> None:
+    super().check_settings()
+    if self.r_min > self.r_max:
+      s.fail(s.attention_key("r_min"), self.r_min,
+             f"a number <= config.model.attention.r_max={self.r_max!r}")
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
@@ -124,18 +112,12 @@ class LRU(nn.Module):
                 if self.bidirectional else None)
     D_H = self.param("D", nn.initializers.normal(1.0), (width,))
 
-    # The recurrence in float32 whatever the compute dtype: long products of complex numbers.
-    u_BxLxH = jnp.where(mask_BxL[..., None], x_BxLxD, 0).astype(jnp.float32)
+    u_BxLxH = masked_input(x_BxLxD, mask_BxL)
     lam_N = eigenvalues(nu_log_N, theta_log_N)
     B_NxH = jnp.exp(gamma_log_N)[:, None] * as_complex(B_NxHx2)  # gamma folded into B
     bu_BxLxN = project_in(u_BxLxH, B_NxH)
-    y_BxLxH = real_part_out(diagonal_recurrence(lam_N, bu_BxLxN, mask_BxL), C_HxNx2)
-    if self.bidirectional:
-      x2_BxLxN = diagonal_recurrence(lam_N, bu_BxLxN, mask_BxL, reverse=True)
-      y_BxLxH = y_BxLxH + real_part_out(x2_BxLxN, C2_HxNx2)
+    y_BxLxH = recurrence_out(lam_N, bu_BxLxN, mask_BxL, C_HxNx2, C2_HxNx2)
     y_BxLxH = (y_BxLxH + D_H[None, None, :] * u_BxLxH).astype(self.dtype)
 
-    drop = nn.Dropout(self.dropout_rate, broadcast_dims=(1,) if self.tie_dropout else ())
-    g_BxLxH = drop(nn.gelu(y_BxLxH), deterministic=deterministic)
-    dense = lambda name: nn.Dense(width, dtype=self.dtype, name=name)
-    return dense("value")(g_BxLxH) * jax.nn.sigmoid(dense("gate")(g_BxLxH))
+    g_BxLxH = self.tied_dropout(nn.gelu(y_BxLxH), deterministic=deterministic)
+    return glu(g_BxLxH, self.dtype)

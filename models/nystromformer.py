@@ -46,10 +46,10 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from models import registry
-from models.attention import MASK_VALUE, OutputProjection, QKVProjection, dropout_weights
+from models import settings as s
+from models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
+from models.registry import register
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -109,23 +109,19 @@ def nystrom_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, *, num_landmark
 
   # Every query over the present landmark keys.
   logits_BxHxLxM = jnp.einsum("blhk,bmhk->bhlm", q_BxLxHxK, kl_BxMxHxK)
-  logits_BxHxLxM = jnp.where(present_BxM[:, None, None, :], logits_BxHxLxM, MASK_VALUE)
-  kernel1_BxHxLxM = jax.nn.softmax(logits_BxHxLxM, axis=-1)
+  kernel1_BxHxLxM = masked_softmax(logits_BxHxLxM, present_BxM[:, None, None, :])
 
   # Landmarks over landmarks; an absent landmark becomes an identity row (and, being masked
   # as a key, a zero column elsewhere), so it separates out of the pseudo-inverse.
   logits_BxHxMxM = jnp.einsum("bmhk,bnhk->bhmn", ql_BxMxHxK, kl_BxMxHxK)
-  logits_BxHxMxM = jnp.where(present_BxM[:, None, None, :], logits_BxHxMxM, MASK_VALUE)
-  kernel2_BxHxMxM = jax.nn.softmax(logits_BxHxMxM, axis=-1)
+  kernel2_BxHxMxM = masked_softmax(logits_BxHxMxM, present_BxM[:, None, None, :])
   kernel2_BxHxMxM = jnp.where(present_BxM[:, None, :, None], kernel2_BxHxMxM,
                               _eye_like(kernel2_BxHxMxM))
 
   # Landmark queries over the real keys.
   logits_BxHxMxL = jnp.einsum("bmhk,blhk->bhml", ql_BxMxHxK, k_BxLxHxK)
-  logits_BxHxMxL = jnp.where(keep_BxL[:, None, None, :], logits_BxHxMxL, MASK_VALUE)
-  kernel3_BxHxMxL = jax.nn.softmax(logits_BxHxMxL, axis=-1)
-  if dropout_rng is not None and dropout_rate > 0.0:
-    kernel3_BxHxMxL = dropout_weights(dropout_rng, kernel3_BxHxMxL, dropout_rate)
+  kernel3_BxHxMxL = masked_softmax(logits_BxHxMxL, keep_BxL[:, None, None, :],
+                                   dropout_rng=dropout_rng, dropout_rate=dropout_rate)
 
   z_BxHxMxM = iterative_pinv(kernel2_BxHxMxM, pinv_iterations)
   w_BxHxMxK = jnp.einsum("bhml,blhk->bhmk", kernel3_BxHxMxL, v_BxLxHxK)
@@ -148,36 +144,27 @@ def depthwise_conv(v_BxLxHxK, kernel_kxH):
   return y_BxLxC.reshape(batch, length, heads, dim)
 
 
-@registry.register("nystromformer")
-class NystromAttention(nn.Module):
+@register("nystromformer")
+class NystromAttention(HeadsMixer):
   """Nystrom-approximated softmax attention with segment-mean landmarks."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # on softmax(Q~ K^T); see the module docstring
-  dtype: str = "float32"
   num_landmarks: int = 64  # m; the official LRA code offers 32, 64, 128, 256
   pinv_iterations: int = 6  # iterations of the pseudo-inverse (the paper's 6)
   conv_kernel: int = 35  # depthwise conv skip on V along the sequence (odd); 0 = off
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    is_int = lambda n: isinstance(n, (int, np.integer)) and not isinstance(n, bool)
-    if not is_int(self.num_landmarks) or self.num_landmarks < 1:
-      raise ValueError(f"nystromformer needs num_landmarks >= 1, got {self.num_landmarks!r}")
-    if not is_int(self.pinv_iterations) or self.pinv_iterations < 1:
-      raise ValueError("nystromformer needs pinv_iterations >= 1, got "
-                       f"{self.pinv_iterations!r}")
-    if not is_int(self.conv_kernel) or self.conv_kernel < 0 or (
-        self.conv_kernel and self.conv_kernel % 2 == 0):
-      raise ValueError("nystromformer conv_kernel must be 0 (off) or an odd kernel size "
-                       f"(LRA: 35), got {self.conv_kernel!r}")
-    super().__post_init__()
+  SETTINGS = {"num_landmarks": s.Int(1), "pinv_iterations": s.Int(1), "conv_kernel": s.Int(0)}
+  SUBQUADRATIC = True
+
+  def check_settings(self) -> None:
+    super().check_settings()
+    if self.conv_kernel % 2 == 0 and self.conv_kernel:
+      s.fail(s.attention_key("conv_kernel"), self.conv_kernel,
+             "0 (off) or an odd kernel size (LRA: 35)")
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
                                                     self.dtype)(x_BxLxD)
-    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    rng = self.attention_rng(deterministic)
     y_BxLxHxK = nystrom_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL,
                                   num_landmarks=int(self.num_landmarks),
                                   pinv_iterations=int(self.pinv_iterations),

@@ -18,8 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
-from models.attention import OutputProjection, QKVProjection
+from models import settings as s
+from models.common import HeadsMixer, OutputProjection, QKVProjection
+from models.registry import register
 
 KERNELS = ("softmax", "relu")
 # Normalisers at or below this are replaced by 1: a row whose features all vanish (ReLU, or
@@ -130,14 +131,9 @@ def favor_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, key_mask_BxL, w_MxK,
   return linear_attention(phi_q, phi_k, v_BxLxHxK, key_mask_BxL)
 
 
-@registry.register("performer")
-class PerformerAttention(nn.Module):
+@register("performer")
+class PerformerAttention(HeadsMixer):
   """FAVOR+ linear attention; random features shared by the heads of a layer."""
-  num_heads: int
-  qkv_dim: int
-  # Unused: linear attention never forms the attention weights that dropout would act on.
-  dropout_rate: float = 0.0
-  dtype: str = "float32"
   layer_index: int = 0  # decorrelates the fixed features of different layers
   nb_features: int = 256  # m, random features per head
   kernel: str = "softmax"  # "softmax": positive features (FAVOR+); "relu": ReLU features
@@ -145,13 +141,9 @@ class PerformerAttention(nn.Module):
   redraw: bool = True  # fresh features every training step, from the "dropout" rng
   seed: int = 0  # the fixed features used in evaluation (and in training without redraw)
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    if not isinstance(self.nb_features, (int, np.integer)) or self.nb_features < 1:
-      raise ValueError(f"performer needs nb_features >= 1, got {self.nb_features!r}")
-    if self.kernel not in KERNELS:
-      raise ValueError(f"unknown performer kernel {self.kernel!r}; valid: {', '.join(KERNELS)}")
-    super().__post_init__()
+  SETTINGS = {"nb_features": s.Int(1), "kernel": s.Choice(KERNELS), "orthogonal": s.Bool(),
+              "redraw": s.Bool(), "seed": s.Int(0)}
+  SUBQUADRATIC = True
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):

@@ -33,13 +33,16 @@ chunk is 64, which fills an accelerator's matrix units better).
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
-from models.attention import MASK_VALUE, OutputProjection, dropout_weights, head_projection
+from models import settings as s
+from models.common import HeadsMixer, MASK_VALUE, OutputProjection, dropout_weights, head_projection
+from models.registry import register
 
 # Logit given to a query's own key. Far below any real logit, so self gets weight ~exp(-1e5)
 # whenever another key is allowed, yet far above MASK_VALUE (-1e9, padded or excluded keys), so
@@ -77,6 +80,69 @@ def _gather_rounds(x_BxHxLx___, index_BxHxRxL):
   return jnp.take_along_axis(x_BxHx1xLx___, idx, axis=3)
 
 
+class _Sorted(NamedTuple):
+  """One round's tokens sorted by (bucket, position) and cut into chunks of c (BxHxRxNxc...),
+  the sort itself (the token in each slot) and its inverse (the slot of each token), BxHxRxP."""
+  qk: jax.Array  # BxHxRxNxcxK
+  v: jax.Array  # BxHxRxNxcxK
+  real: jax.Array  # BxHxRxNxc, False for padding
+  position: jax.Array  # BxHxRxNxc, the token each slot holds
+  bucket: jax.Array  # BxHxRxNxc
+  sort: jax.Array  # BxHxRxP
+  undo: jax.Array  # BxHxRxP
+
+
+def _sort_into_chunks(qk_BxPxHxK, v_BxPxHxK, real_BxP, bucket_BxHxRxP, chunk: int) -> _Sorted:
+  """Sorts each round by (bucket, position); padded tokens carry _PAD_BUCKET already."""
+  batch, padded_len, heads = qk_BxPxHxK.shape[:3]
+  rounds = bucket_BxHxRxP.shape[2]
+  pos_BxHxRxP = jnp.broadcast_to(jnp.arange(padded_len, dtype=jnp.int32), bucket_BxHxRxP.shape)
+  sorted_bucket_BxHxRxP, sort_BxHxRxP = jax.lax.sort((bucket_BxHxRxP, pos_BxHxRxP),
+                                                     dimension=3, num_keys=2)
+  to_chunks = lambda t: t.reshape(batch, heads, rounds, padded_len // chunk, chunk,
+                                  *t.shape[4:])
+  gather = lambda t_BxPxHxK: to_chunks(_gather_rounds(jnp.transpose(t_BxPxHxK, (0, 2, 1, 3)),
+                                                      sort_BxHxRxP))
+  real_BxHxRxP = jnp.take_along_axis(real_BxP[:, None, None, :], sort_BxHxRxP, axis=3)
+  return _Sorted(gather(qk_BxPxHxK), gather(v_BxPxHxK), to_chunks(real_BxHxRxP),
+                 to_chunks(sort_BxHxRxP), to_chunks(sorted_bucket_BxHxRxP), sort_BxHxRxP,
+                 jnp.argsort(sort_BxHxRxP, axis=3).astype(jnp.int32))
+
+
+def _allowed(srt: _Sorted, num_chunks: int, chunk: int, attend_across_buckets: bool):
+  """Which of the 2c keys (own chunk, chunk before) each sorted query may see: real keys, not
+  before chunk 0, and (unless attend_across_buckets) in the query's bucket. BxHxRxNxcx2c."""
+  window_Nx2c = jnp.concatenate(
+      [jnp.ones((num_chunks, chunk), bool),
+       jnp.broadcast_to((jnp.arange(num_chunks) > 0)[:, None], (num_chunks, chunk))], axis=1)
+  allowed_BxHxRxNxcx2c = (window_Nx2c[None, None, None, :, None, :]
+                          & _look_back(srt.real)[..., None, :])
+  if not attend_across_buckets:
+    allowed_BxHxRxNxcx2c &= srt.bucket[..., :, None] == _look_back(srt.bucket)[..., None, :]
+  return allowed_BxHxRxNxcx2c
+
+
+def _round_counts(bucket_BxHxRxP, srt: _Sorted, chunk: int, attend_across_buckets: bool):
+  """N_ij: in how many rounds key j is in query i's set (>= 1 for an allowed pair), for the
+  slots of every round: BxHxRxNxcx2c."""
+  rounds = bucket_BxHxRxP.shape[2]
+  shape = srt.real.shape
+  chunk_of_BxHxRxP = srt.undo // chunk
+  count_BxHxRxNxcx2c = jnp.zeros(shape + (2 * chunk,), jnp.float32)
+  for other in range(rounds):
+    at = lambda t: jnp.take_along_axis(t[:, :, other:other + 1], srt.sort,
+                                       axis=3).reshape(shape)
+    chunk_q_BxHxRxNxc = at(chunk_of_BxHxRxP)
+    diff = chunk_q_BxHxRxNxc[..., :, None] - _look_back(chunk_q_BxHxRxNxc)[..., None, :]
+    member = (diff == 0) | (diff == 1)
+    if not attend_across_buckets:
+      bucket_other_BxHxRxNxc = at(bucket_BxHxRxP)
+      member &= (bucket_other_BxHxRxNxc[..., :, None]
+                 == _look_back(bucket_other_BxHxRxNxc)[..., None, :])
+    count_BxHxRxNxcx2c += member.astype(jnp.float32)
+  return count_BxHxRxNxcx2c
+
+
 def lsh_attention(qk_BxLxHxK, v_BxLxHxK, mask_BxL, buckets_BxHxRxL, *, chunk_len: int,
                   attend_across_buckets: bool = False, dedup: bool = True, dropout_rng=None,
                   dropout_rate: float = 0.0):
@@ -91,69 +157,27 @@ def lsh_attention(qk_BxLxHxK, v_BxLxHxK, mask_BxL, buckets_BxHxRxL, *, chunk_len
   extra = -length % chunk
   pad = lambda t, value=0: jnp.pad(t, [(0, 0), (0, extra)] + [(0, 0)] * (t.ndim - 2),
                                    constant_values=value)
-  qk_BxPxHxK, v_BxPxHxK = pad(qk_BxLxHxK), pad(v_BxLxHxK)
-  real_BxP = pad(mask_BxL.astype(bool), False)
   padded_len = length + extra
   num_chunks = padded_len // chunk
-
-  # Sort each round by (bucket, position); padded tokens after every real bucket.
-  bucket_BxHxRxP = jnp.pad(buckets_BxHxRxL.astype(jnp.int32),
-                           [(0, 0), (0, 0), (0, 0), (0, extra)])
-  bucket_BxHxRxP = jnp.where(real_BxP[:, None, None, :], bucket_BxHxRxP, _PAD_BUCKET)
-  pos_BxHxRxP = jnp.broadcast_to(jnp.arange(padded_len, dtype=jnp.int32), bucket_BxHxRxP.shape)
-  sorted_bucket_BxHxRxP, sort_BxHxRxP = jax.lax.sort((bucket_BxHxRxP, pos_BxHxRxP),
-                                                     dimension=3, num_keys=2)
-  # Slot of each token in each round's sorted order: undoes the sort.
-  undo_BxHxRxP = jnp.argsort(sort_BxHxRxP, axis=3).astype(jnp.int32)
-
-  to_chunks = lambda t: t.reshape(batch, heads, rounds, num_chunks, chunk, *t.shape[4:])
-  q_BxHxRxNxcxK = to_chunks(_gather_rounds(jnp.transpose(qk_BxPxHxK, (0, 2, 1, 3)),
-                                           sort_BxHxRxP))
-  v_BxHxRxNxcxK = to_chunks(_gather_rounds(jnp.transpose(v_BxPxHxK, (0, 2, 1, 3)),
-                                           sort_BxHxRxP))
-  real_BxHxRxNxc = to_chunks(jnp.take_along_axis(real_BxP[:, None, None, :], sort_BxHxRxP,
-                                                 axis=3))
-  pos_q_BxHxRxNxc = to_chunks(sort_BxHxRxP)
-  bucket_q_BxHxRxNxc = to_chunks(sorted_bucket_BxHxRxP)
+  real_BxP = pad(mask_BxL.astype(bool), False)
+  # Padded tokens sort after every real bucket.
+  bucket_BxHxRxP = jnp.where(real_BxP[:, None, None, :],
+                             jnp.pad(buckets_BxHxRxL.astype(jnp.int32),
+                                     [(0, 0), (0, 0), (0, 0), (0, extra)]), _PAD_BUCKET)
+  srt = _sort_into_chunks(pad(qk_BxLxHxK), pad(v_BxLxHxK), real_BxP, bucket_BxHxRxP, chunk)
 
   # Keys: the shared vectors at unit length (norm in float32).
-  q32 = q_BxHxRxNxcxK.astype(jnp.float32)
+  q32 = srt.qk.astype(jnp.float32)
   inv_norm = jax.lax.rsqrt(jnp.maximum(jnp.sum(q32 * q32, axis=-1, keepdims=True), _TINY))
-  k_BxHxRxNxcxK = (q32 * inv_norm).astype(q_BxHxRxNxcxK.dtype)
+  k_BxHxRxNxcxK = (q32 * inv_norm).astype(srt.qk.dtype)
+  v_BxHxRxNx2cxK = _look_back(srt.v)
+  allowed_BxHxRxNxcx2c = _allowed(srt, num_chunks, chunk, attend_across_buckets)
+  self_BxHxRxNxcx2c = srt.position[..., :, None] == _look_back(srt.position)[..., None, :]
 
-  k_BxHxRxNx2cxK = _look_back(k_BxHxRxNxcxK)
-  v_BxHxRxNx2cxK = _look_back(v_BxHxRxNxcxK)
-  pos_k_BxHxRxNx2c = _look_back(pos_q_BxHxRxNxc)
-  # Chunk 0 has no chunk before it.
-  window_Nx2c = jnp.concatenate(
-      [jnp.ones((num_chunks, chunk), bool),
-       jnp.broadcast_to((jnp.arange(num_chunks) > 0)[:, None], (num_chunks, chunk))], axis=1)
-  allowed_BxHxRxNxcx2c = (window_Nx2c[None, None, None, :, None, :]
-                          & _look_back(real_BxHxRxNxc)[..., None, :])
-  if not attend_across_buckets:
-    allowed_BxHxRxNxcx2c &= (bucket_q_BxHxRxNxc[..., :, None]
-                             == _look_back(bucket_q_BxHxRxNxc)[..., None, :])
-  self_BxHxRxNxcx2c = pos_q_BxHxRxNxc[..., :, None] == pos_k_BxHxRxNx2c[..., None, :]
-
-  scale = dim ** -0.5
-  logits_BxHxRxNxcx2c = jnp.einsum("bhrnqk,bhrnmk->bhrnqm", q_BxHxRxNxcxK * scale,
-                                   k_BxHxRxNx2cxK, preferred_element_type=jnp.float32)
+  logits_BxHxRxNxcx2c = jnp.einsum("bhrnqk,bhrnmk->bhrnqm", srt.qk * dim ** -0.5,
+                                   _look_back(k_BxHxRxNxcxK), preferred_element_type=jnp.float32)
   if dedup and rounds > 1:
-    # N_ij: in how many rounds key j is in query i's set (>= 1 for an allowed pair).
-    chunk_of_BxHxRxP = undo_BxHxRxP // chunk
-    count_BxHxRxNxcx2c = jnp.zeros(logits_BxHxRxNxcx2c.shape, jnp.float32)
-    for other in range(rounds):
-      at = lambda t: to_chunks(jnp.take_along_axis(t[:, :, other:other + 1], sort_BxHxRxP,
-                                                   axis=3))
-      chunk_q_BxHxRxNxc = at(chunk_of_BxHxRxP)
-      chunk_k_BxHxRxNx2c = _look_back(chunk_q_BxHxRxNxc)
-      diff = chunk_q_BxHxRxNxc[..., :, None] - chunk_k_BxHxRxNx2c[..., None, :]
-      member = (diff == 0) | (diff == 1)
-      if not attend_across_buckets:
-        bucket_other_BxHxRxNxc = at(bucket_BxHxRxP)
-        member &= (bucket_other_BxHxRxNxc[..., :, None]
-                   == _look_back(bucket_other_BxHxRxNxc)[..., None, :])
-      count_BxHxRxNxcx2c += member.astype(jnp.float32)
+    count_BxHxRxNxcx2c = _round_counts(bucket_BxHxRxP, srt, chunk, attend_across_buckets)
     logits_BxHxRxNxcx2c -= jnp.log(jnp.maximum(count_BxHxRxNxcx2c, 1.0))
   logits_BxHxRxNxcx2c = jnp.where(allowed_BxHxRxNxcx2c, logits_BxHxRxNxcx2c, MASK_VALUE)
   logits_BxHxRxNxcx2c = jnp.where(allowed_BxHxRxNxcx2c & self_BxHxRxNxcx2c, SELF_VALUE,
@@ -168,25 +192,17 @@ def lsh_attention(qk_BxLxHxK, v_BxLxHxK, mask_BxL, buckets_BxHxRxL, *, chunk_len
 
   # Back to token order, then each round weighted by softmax over rounds of its z.
   flat = lambda t: t.reshape(batch, heads, rounds, padded_len, *t.shape[5:])
-  o_BxHxRxPxK = jnp.take_along_axis(flat(o_BxHxRxNxcxK), undo_BxHxRxP[..., None], axis=3)
-  lse_BxHxRxP = jnp.take_along_axis(flat(lse_BxHxRxNxc), undo_BxHxRxP, axis=3)
+  o_BxHxRxPxK = jnp.take_along_axis(flat(o_BxHxRxNxcxK), srt.undo[..., None], axis=3)
+  lse_BxHxRxP = jnp.take_along_axis(flat(lse_BxHxRxNxc), srt.undo, axis=3)
   round_w_BxHxRxP = jax.nn.softmax(lse_BxHxRxP, axis=2)
   y_BxPxHxK = jnp.einsum("bhrp,bhrpk->bphk", round_w_BxHxRxP.astype(o_BxHxRxPxK.dtype),
                          o_BxHxRxPxK)
   return y_BxPxHxK[:, :length]
 
 
-def _positive_int(value) -> bool:
-  return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
-
-
-@registry.register("reformer")
-class ReformerAttention(nn.Module):
+@register("reformer")
+class ReformerAttention(HeadsMixer):
   """LSH attention on a shared query-key projection (per head), n_hashes rounds."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   layer_index: int = 0  # decorrelates the fixed hashes of different layers
   n_hashes: int = 1  # hash rounds (LRA: 1)
   n_buckets: int = 10  # buckets per round, even (LRA: 10)
@@ -196,15 +212,15 @@ class ReformerAttention(nn.Module):
   redraw: bool = True  # fresh hashes every training step, from the "dropout" rng (paper)
   seed: int = 0  # the fixed hashes used in evaluation (and in training without redraw)
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    if not _positive_int(self.n_hashes):
-      raise ValueError(f"reformer needs n_hashes >= 1, got {self.n_hashes!r}")
-    if not _positive_int(self.n_buckets) or self.n_buckets % 2:
-      raise ValueError(f"reformer needs n_buckets even and >= 2, got {self.n_buckets!r}")
-    if not _positive_int(self.chunk_len):
-      raise ValueError(f"reformer needs chunk_len >= 1, got {self.chunk_len!r}")
-    super().__post_init__()
+  SETTINGS = {"n_hashes": s.Int(1), "n_buckets": s.Int(2), "chunk_len": s.Int(1),
+              "attend_across_buckets": s.Bool(), "dedup": s.Bool(), "redraw": s.Bool(),
+              "seed": s.Int(0)}
+  SUBQUADRATIC = True
+
+  def check_settings(self) -> None:
+    super().check_settings()
+    if self.n_buckets % 2:
+      s.fail(s.attention_key("n_buckets"), self.n_buckets, "an even integer >= 2")
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
@@ -220,7 +236,7 @@ class ReformerAttention(nn.Module):
                                    int(self.n_hashes), int(self.n_buckets))
     buckets_BxHxRxL = hash_buckets(qk_BxLxHxK, rot_HxKxRxN)
 
-    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    rng = self.attention_rng(deterministic)
     y_BxLxHxK = lsh_attention(qk_BxLxHxK, v_BxLxHxK, mask_BxL, buckets_BxHxRxL,
                               chunk_len=int(self.chunk_len),
                               attend_across_buckets=self.attend_across_buckets,

@@ -1,59 +1,168 @@
-"""The registry of token mixers (attention variants) by name.
+"""The registry of token mixers (attention variants) by name, looked up lazily.
 
-Adding a variant means one new file in models/ that decorates its Flax module with
-`@register("name")`, one import line in models/__init__.py, and one test file.
+Adding a variant means one new file in models/ whose Flax module is decorated with
+`@register("name")` (or `@registry.register("name")`), and one test file. The registry finds
+the mixers of models/ by reading the source (ast), without importing them: a mixer's module,
+and with it JAX, is imported only when `get` (or `make`) asks for that name. `user_settings`
+and `default_settings` read the class's fields statically too, so loading a config imports
+no JAX. A mixer registered at run time (a test's, or one `eval.py speed --import FILE` loads)
+is looked up from its class.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
+import importlib
+import pathlib
 from typing import Any, Callable
 
-import flax.linen as nn
+from models.settings import SettingError
 
-_MIXERS: dict[str, type[nn.Module]] = {}
+_MIXERS: dict[str, type] = {}  # the classes imported so far, by name
+_MODELS_DIR = pathlib.Path(__file__).parent
+
+# Fields the encoder fills in (a mixer declares the ones it needs); the user sets the others.
+ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index", "shared")
+_NOT_SETTINGS = set(ENCODER_FIELDS) | {"parent", "name"}
+_MISSING = object()
 
 
-class UnknownSettingError(ValueError):
-  """A model name or mixer setting that does not exist (a user error, not a bug)."""
-
-
-def register(name: str) -> Callable[[type[nn.Module]], type[nn.Module]]:
+def register(name: str) -> Callable[[type], type]:
   """Class decorator: makes a mixer module available under `name`."""
 
-  def wrap(cls: type[nn.Module]) -> type[nn.Module]:
+  def wrap(cls: type) -> type:
     if name in _MIXERS:
       raise ValueError(f"mixer {name!r} registered twice")
+    static = _index().get(name)
+    if static and cls.__module__ != f"models.{static[0]}":
+      raise ValueError(f"mixer {name!r} is already models/{static[0]}.py's")
     _MIXERS[name] = cls
     return cls
 
   return wrap
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(module: str) -> ast.Module:
+  path = _MODELS_DIR / f"{module}.py"
+  return ast.parse(path.read_text(), str(path))
+
+
+def _registered_name(decorator: ast.expr) -> str | None:
+  """"name" of a `@register("name")` or `@registry.register("name")` decorator, else None."""
+  if not (isinstance(decorator, ast.Call) and decorator.args
+          and isinstance(decorator.args[0], ast.Constant)):
+    return None
+  func = decorator.func
+  if (isinstance(func, ast.Name) and func.id == "register") or (
+      isinstance(func, ast.Attribute) and func.attr == "register"
+      and isinstance(func.value, ast.Name) and func.value.id == "registry"):
+    return decorator.args[0].value
+  return None
+
+
+@functools.lru_cache(maxsize=None)
+def _index() -> dict[str, tuple[str, str]]:
+  """name -> (module, class) of every mixer defined in models/, read from the source."""
+  found: dict[str, tuple[str, str]] = {}
+  for path in sorted(_MODELS_DIR.glob("*.py")):
+    for node in _tree(path.stem).body:
+      if not isinstance(node, ast.ClassDef):
+        continue
+      for decorator in node.decorator_list:
+        name = _registered_name(decorator)
+        if name is None:
+          continue
+        if name in found:
+          raise ValueError(f"mixer {name!r} registered twice: models/{found[name][0]}.py "
+                           f"and models/{path.stem}.py")
+        found[name] = (path.stem, node.name)
+  return found
+
+
+def _class_node(module: str, cls: str) -> ast.ClassDef:
+  for node in _tree(module).body:
+    if isinstance(node, ast.ClassDef) and node.name == cls:
+      return node
+  raise ValueError(f"models/{module}.py defines no class {cls}")
+
+
+def _base_location(module: str, base: ast.expr) -> tuple[str, str] | None:
+  """Where a base class of models/`module` is defined in models/, or None for a Flax or other
+  library class (which adds no mixer field)."""
+  if not isinstance(base, ast.Name):
+    return None  # nn.Module and the like
+  for node in _tree(module).body:
+    if isinstance(node, ast.ClassDef) and node.name == base.id:
+      return module, base.id
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("models."):
+      for alias in node.names:
+        if (alias.asname or alias.name) == base.id:
+          return node.module.split(".", 1)[1], alias.name
+  raise ValueError(f"models/{module}.py: base class {base.id} is neither defined in models/ "
+                   "nor a library class; the registry cannot read its fields")
+
+
+def _static_fields(module: str, cls: str) -> dict[str, Any]:
+  """The dataclass fields of models/`module`.`cls`, bases first: name -> literal default (or
+  _MISSING), read from the source. A default that is not a literal is an error: the registry
+  promises the defaults without importing the module."""
+  node = _class_node(module, cls)
+  fields: dict[str, Any] = {}
+  for base in node.bases:
+    location = _base_location(module, base)
+    if location:
+      fields.update(_static_fields(*location))
+  for item in node.body:
+    if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
+      continue
+    if "ClassVar" in ast.unparse(item.annotation):
+      continue
+    name = item.target.id
+    if item.value is None:
+      fields[name] = _MISSING
+      continue
+    try:
+      fields[name] = ast.literal_eval(item.value)
+    except ValueError:
+      raise ValueError(f"models/{module}.py: the default of {cls}.{name}, "
+                       f"{ast.unparse(item.value)}, is not a literal") from None
+  return fields
+
+
 def names() -> list[str]:
-  return sorted(_MIXERS)
+  """Every mixer: those of models/ and those registered at run time."""
+  return sorted(set(_index()) | set(_MIXERS))
 
 
-# Fields the encoder fills in (a mixer declares the ones it needs); the user sets the others.
-ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index", "shared")
+def get(name: str) -> type:
+  """The mixer class `name`, importing its module on first use."""
+  if name not in _MIXERS and name in _index():
+    importlib.import_module(f"models.{_index()[name][0]}")  # its decorator registers it
+  if name not in _MIXERS:
+    raise SettingError(f"config.model.name={name!r} is not a model; valid models: "
+                       f"{', '.join(names())}")
+  return _MIXERS[name]
+
+
+def _fields(name: str) -> dict[str, Any]:
+  """name -> default (or _MISSING) of every field of mixer `name`."""
+  if name in _index():  # a mixer of models/: read from its source, nothing imported
+    return _static_fields(*_index()[name])
+  return {f.name: (f.default if f.default is not dataclasses.MISSING else _MISSING)
+          for f in dataclasses.fields(get(name)) if f.init}
 
 
 def user_settings(name: str) -> list[str]:
   """The settings of mixer `name` that a config may set in `model.attention`."""
-  cls = get(name)
-  skip = set(ENCODER_FIELDS) | {"parent", "name"}
-  return [f.name for f in dataclasses.fields(cls) if f.init and f.name not in skip]
+  return [k for k in _fields(name) if k not in _NOT_SETTINGS]
 
 
 def default_settings(name: str) -> dict[str, Any]:
   """The user settings of mixer `name` with their defaults (what a config starts from)."""
-  fields = {f.name: f for f in dataclasses.fields(get(name))}
-  return {k: fields[k].default for k in user_settings(name)
-          if fields[k].default is not dataclasses.MISSING}
-
-
-def encoder_defaults(name: str) -> dict[str, Any]:
-  """Encoder settings a mixer needs changed from the base ones (e.g. no absolute positions)."""
-  return dict(getattr(get(name), "ENCODER_DEFAULTS", {}))
+  fields = _fields(name)
+  return {k: fields[k] for k in user_settings(name) if fields[k] is not _MISSING}
 
 
 def make_shared(mixer: str, settings: dict[str, Any], **encoder_fields: Any):
@@ -67,25 +176,22 @@ def make_shared(mixer: str, settings: dict[str, Any], **encoder_fields: Any):
   return hook(dict(settings), **encoder_fields) if hook else None
 
 
-def get(name: str) -> type[nn.Module]:
-  if name not in _MIXERS:
-    raise UnknownSettingError(
-        f"unknown model {name!r}; valid models: {', '.join(names())}")
-  return _MIXERS[name]
-
-
-def make(mixer: str, settings: dict[str, Any], **encoder_fields: Any) -> nn.Module:
-  """Builds `mixer` with the user's `settings` plus the encoder's fields.
-
-  A setting the mixer does not take is an error naming the ones it does take.
-  """
+def make(mixer: str, settings: dict[str, Any], *, length: int | None = None,
+         **encoder_fields: Any):
+  """Builds `mixer` with the user's `settings` plus the encoder's fields; constructing it
+  checks every setting (models/common.py), and with `length` (the longest sequence the mixer
+  will see) also the rules that need it. A setting the mixer does not take is an error naming
+  the ones it does take."""
   cls = get(mixer)
   valid = user_settings(mixer)
   unknown = sorted(set(settings) - set(valid))
   if unknown:
-    raise UnknownSettingError(
+    raise SettingError(
         f"model {mixer!r} does not take setting(s) {', '.join(unknown)} in "
         f"config.model.attention; it takes: {', '.join(valid) or 'no settings'}")
   declared = {f.name for f in dataclasses.fields(cls)}
   given = {k: v for k, v in encoder_fields.items() if k in declared or k == "name"}
-  return cls(**given, **settings)
+  module = cls(**given, **settings)
+  if length is not None and hasattr(module, "check_length"):
+    module.check_length(length)
+  return module

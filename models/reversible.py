@@ -57,40 +57,9 @@ def _add(a, b):
   return jax.tree_util.tree_map(lambda u, v: u + v, a, b)
 
 
-def stack(f: Branch, g: Branch, shared: Any, layers: Sequence[Any], x1, x2, context=None,
-          rng=None, *, recompute: bool = True):
-  """(x1, x2) -> (y1, y2) through len(layers) reversible layers.
-
-  shared: parameters every layer uses (a pytree, {} if none); layers: one parameter pytree per
-  layer; context: inputs without gradient (e.g. the mask); rng: one dropout key or None.
-  recompute=False runs the same computation under ordinary autodiff (which stores every
-  layer's activations): the reference the tests compare the custom VJP with, and what
-  initialisation uses.
-  """
-  layers = list(layers)
-  num_layers = len(layers)
-
-  def layer(i, p, s, x1, x2, context, rng):
-    key_f, key_g = _keys(rng, i)
-    y1 = x1 + f(i, p, s, x2, context, key_f).astype(x1.dtype)  # the streams keep their dtype
-    return y1, x2 + g(i, p, s, y1, context, key_g).astype(x2.dtype)
-
-  if not recompute or num_layers == 0:
-    for i in range(num_layers):
-      x1, x2 = layer(i, layers[i], shared, x1, x2, context, rng)
-    return x1, x2
-
-  def forward(shared, layers, x1, x2, context, rng):
-    def step(i, x1_x2):
-      branches = [lambda xs, j=j: layer(j, layers[j], shared, *xs, context, rng)
-                  for j in range(num_layers)]
-      return jax.lax.switch(i, branches, x1_x2)
-    return jax.lax.fori_loop(0, num_layers, step, (x1, x2))
-
-  def forward_with_residuals(shared, layers, x1, x2, context, rng):
-    y1, y2 = forward(shared, layers, x1, x2, context, rng)
-    # Only the outputs are kept (parameters, mask and key exist anyway): O(1) in depth.
-    return (y1, y2), (shared, layers, y1, y2, context, rng)
+def _backward(f: Branch, g: Branch, num_layers: int):
+  """The custom VJP's backward pass: from the outputs, layer by layer from the top, each
+  layer's inputs are recomputed and its VJP taken."""
 
   def backward(residuals, cotangents):
     shared, layers, y1, y2, context, rng = residuals
@@ -135,6 +104,44 @@ def stack(f: Branch, g: Branch, shared: Any, layers: Sequence[Any], x1, x2, cont
     # No gradient for the context (mask) and the key.
     return d_shared, d_layers, dx1, dx2, None, None
 
+  return backward
+
+
+def stack(f: Branch, g: Branch, shared: Any, layers: Sequence[Any], x1, x2, context=None,
+          rng=None, *, recompute: bool = True):
+  """(x1, x2) -> (y1, y2) through len(layers) reversible layers.
+
+  shared: parameters every layer uses (a pytree, {} if none); layers: one parameter pytree per
+  layer; context: inputs without gradient (e.g. the mask); rng: one dropout key or None.
+  recompute=False runs the same computation under ordinary autodiff (which stores every
+  layer's activations): the reference the tests compare the custom VJP with, and what
+  initialisation uses.
+  """
+  layers = list(layers)
+  num_layers = len(layers)
+
+  def layer(i, p, s, x1, x2, context, rng):
+    key_f, key_g = _keys(rng, i)
+    y1 = x1 + f(i, p, s, x2, context, key_f).astype(x1.dtype)  # the streams keep their dtype
+    return y1, x2 + g(i, p, s, y1, context, key_g).astype(x2.dtype)
+
+  if not recompute or num_layers == 0:
+    for i in range(num_layers):
+      x1, x2 = layer(i, layers[i], shared, x1, x2, context, rng)
+    return x1, x2
+
+  def forward(shared, layers, x1, x2, context, rng):
+    def step(i, x1_x2):
+      branches = [lambda xs, j=j: layer(j, layers[j], shared, *xs, context, rng)
+                  for j in range(num_layers)]
+      return jax.lax.switch(i, branches, x1_x2)
+    return jax.lax.fori_loop(0, num_layers, step, (x1, x2))
+
+  def forward_with_residuals(shared, layers, x1, x2, context, rng):
+    y1, y2 = forward(shared, layers, x1, x2, context, rng)
+    # Only the outputs are kept (parameters, mask and key exist anyway): O(1) in depth.
+    return (y1, y2), (shared, layers, y1, y2, context, rng)
+
   run = jax.custom_vjp(forward)
-  run.defvjp(forward_with_residuals, backward)
+  run.defvjp(forward_with_residuals, _backward(f, g, num_layers))
   return run(shared, layers, x1, x2, context, rng)

@@ -45,7 +45,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
+from models import settings as s
+from models.registry import register
+from models.ssm import SSMMixer, as_complex, log_uniform, masked_input
 
 INITS = ("lin", "inv")
 
@@ -58,11 +60,6 @@ def initial_A_imag(init: str, state_size: int) -> np.ndarray:
   if init == "inv":
     return state_size / np.pi * (state_size / (2 * n + 1) - 1)
   raise ValueError(f"unknown s4d A_init {init!r}; valid: {', '.join(INITS)}")
-
-
-def as_complex(pair_Xx2):
-  """A complex parameter stored as its (real, imaginary) parts in a last axis of 2."""
-  return jax.lax.complex(pair_Xx2[..., 0], pair_Xx2[..., 1])
 
 
 def discretize(log_dt_D, log_A_re_DxN, A_im_DxN, B_DxNx2):
@@ -99,15 +96,10 @@ def fft_convolve(u_BxLxD, forward_LxD, backward_LxD=None):
   return jnp.fft.irfft(u_FxD * k_FxD[None], n=2 * length, axis=1)[:, :length]
 
 
-def _uniform(low: float, high: float):
-  return lambda key, shape: jax.random.uniform(key, shape, jnp.float32, low, high)
-
-
-@registry.register("s4d")
-class S4D(nn.Module):
+@register("s4d")
+class S4D(SSMMixer):
   """S4D layer: per-channel diagonal SSM convolution (+ D skip), GELU, dropout, linear + GLU."""
-  dropout_rate: float = 0.0  # dropout after the GELU (the encoder's attention_dropout_rate)
-  dtype: str = "float32"
+  # dropout_rate (the encoder's attention_dropout_rate) is the dropout after the GELU.
   state_size: int = 64  # N: N/2 complex conjugate pairs of modes per channel
   A_init: str = "inv"  # A's initialisation: "lin" (S4D-Lin) or "inv" (S4D-Inv)
   dt_min: float = 0.001  # log_dt starts uniform in [log dt_min, log dt_max]
@@ -117,31 +109,24 @@ class S4D(nn.Module):
 
   # Leaf names that train with config.ssm_learning_rate and no weight decay (lra/optim.py).
   OPTIMIZER_GROUP = ("log_dt", "log_A_re", "A_im", "B")
-  # The SSM encodes positions itself (S4's LRA models add no position embeddings).
-  ENCODER_DEFAULTS = {"positions": "none"}
+  # The encoder adds no absolute positions to S4D (configs/table.py): the SSM encodes them
+  # itself, as S4's LRA models do.
+  SETTINGS = {"state_size": s.Int(2), "A_init": s.Choice(INITS),
+              "dt_min": s.Float(0.0, open="low"), "dt_max": s.Float(0.0, open="low"),
+              "bidirectional": s.Bool(), "tie_dropout": s.Bool()}
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    n = self.state_size
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2 or n % 2:
-      raise ValueError(f"s4d state_size must be an even integer >= 2 (N/2 conjugate pairs), "
-                       f"got {n!r}")
-    if self.A_init not in INITS:
-      raise ValueError(f"unknown s4d A_init {self.A_init!r}; valid: {', '.join(INITS)}")
-    if not 0 < self.dt_min <= self.dt_max:
-      raise ValueError(f"s4d needs 0 < dt_min <= dt_max, got dt_min={self.dt_min!r}, "
-                       f"dt_max={self.dt_max!r}")
-    for name in ("bidirectional", "tie_dropout"):
-      if not isinstance(getattr(self, name), (bool, np.bool_)):
-        raise ValueError(f"s4d {name} must be True or False, got {getattr(self, name)!r}")
-    super().__post_init__()
+  def check_settings(self) -> None:
+    super().check_settings()
+    if self.state_size % 2:
+      s.fail(s.attention_key("state_size"), self.state_size,
+             "an even integer >= 2 (N/2 conjugate pairs)")
+    self.check_dt_range()
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     _, length, width = x_BxLxD.shape
     modes, directions = self.state_size // 2, 2 if self.bidirectional else 1
-    log_dt_D = self.param("log_dt", _uniform(np.log(self.dt_min), np.log(self.dt_max)),
-                          (width,))
+    log_dt_D = self.param("log_dt", log_uniform(self.dt_min, self.dt_max), (width,))
     log_A_re_DxN = self.param("log_A_re", nn.initializers.constant(np.log(0.5)),
                               (width, modes))
     a_im_N = jnp.asarray(initial_A_imag(self.A_init, self.state_size), jnp.float32)
@@ -154,13 +139,12 @@ class S4D(nn.Module):
                            (directions, width, modes, 2))
     D_D = self.param("D", nn.initializers.normal(1.0), (width,))
 
-    # The SSM in float32 whatever the compute dtype: long sums, complex exponentials, FFTs.
-    u_BxLxD = jnp.where(mask_BxL[..., None], x_BxLxD, 0).astype(jnp.float32)
+    # float32 whatever the compute dtype: long sums, complex exponentials, FFTs.
+    u_BxLxD = masked_input(x_BxLxD, mask_BxL)
     k_KxLxD = ssm_kernel(log_dt_D, log_A_re_DxN, A_im_DxN, B_DxNx2, C_KxDxNx2, length)
     y_BxLxD = fft_convolve(u_BxLxD, k_KxLxD[0], k_KxLxD[1] if self.bidirectional else None)
     y_BxLxD = y_BxLxD + D_D[None, None] * u_BxLxD
     y_BxLxD = nn.gelu(y_BxLxD, approximate=False).astype(self.dtype)
-    y_BxLxD = nn.Dropout(self.dropout_rate, broadcast_dims=(1,) if self.tie_dropout else ())(
-        y_BxLxD, deterministic=deterministic)
+    y_BxLxD = self.tied_dropout(y_BxLxD, deterministic=deterministic)
     y_BxLx2D = nn.Dense(2 * width, dtype=self.dtype, name="output_linear")(y_BxLxD)
     return nn.glu(y_BxLx2D, axis=-1)

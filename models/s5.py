@@ -62,7 +62,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
+from models import settings as s
+from models.registry import register
+from models.ssm import (SSMMixer, as_complex, as_pair, glu, log_uniform, masked_input,
+                        project_in, recurrence_out)
 
 DISCRETIZATIONS = ("zoh", "bilinear")
 ACTIVATIONS = ("gelu", "full_glu", "half_glu1", "half_glu2")
@@ -101,15 +104,6 @@ def eigenbasis(state_size: int, blocks: int) -> tuple[np.ndarray, np.ndarray]:
   return lam_N, v_PxN
 
 
-def as_complex(pair_Xx2):
-  """A complex parameter stored as its (real, imaginary) parts in a last axis of 2."""
-  return jax.lax.complex(pair_Xx2[..., 0], pair_Xx2[..., 1])
-
-
-def as_pair(z):
-  return jnp.stack([z.real, z.imag], axis=-1).astype(jnp.float32)
-
-
 def truncated_normal(key, shape, variance: float):
   """Normal truncated to two standard deviations, rescaled to have `variance` (lecun style)."""
   # 0.8796... is the standard deviation of a standard normal truncated to [-2, 2].
@@ -135,48 +129,10 @@ def discretize(lambda_re_N, lambda_im_N, log_dt_N, B_NxHx2, method: str, clip_ei
   return lam_bar_N, scale_N[:, None] * as_complex(B_NxHx2)
 
 
-def _compose(earlier, later):
-  """Two steps x -> a x + b, the earlier applied first: (a_i, b_i) o (a_j, b_j)."""
-  a_i, b_i = earlier
-  a_j, b_j = later
-  return a_j * a_i, a_j * b_i + b_j
-
-
-def diagonal_recurrence(lam_N, bu_BxLxN, mask_BxL, *, reverse: bool = False):
-  """States x_k = lam x_{k-1} + bu_k (x_0 = 0) for every k, by an associative scan over L.
-
-  Padded positions (mask False) are skipped: their step is the identity (a = 1, b = 0), so
-  real positions see exactly the recurrence over the real positions alone. reverse=True runs
-  from the end: x_k = lam x_{k+1} + bu_k.
-  """
-  keep_BxLx1 = mask_BxL.astype(bool)[..., None]
-  a_BxLxN = jnp.where(keep_BxLx1, lam_N[None, None, :], jnp.ones((), lam_N.dtype))
-  b_BxLxN = jnp.where(keep_BxLx1, bu_BxLxN, jnp.zeros((), bu_BxLxN.dtype))
-  _, x_BxLxN = jax.lax.associative_scan(_compose, (a_BxLxN, b_BxLxN), reverse=reverse, axis=1)
-  return x_BxLxN
-
-
-def project_in(u_BxLxH, B_NxH):
-  """B u for complex B and real u, as two real products (no complex matmul of a real input)."""
-  return jax.lax.complex(jnp.einsum("blh,nh->bln", u_BxLxH, B_NxH.real),
-                         jnp.einsum("blh,nh->bln", u_BxLxH, B_NxH.imag))
-
-
-def real_part_out(x_BxLxN, C_HxNx2):
-  """Re(C x) as two real products."""
-  return (jnp.einsum("bln,hn->blh", x_BxLxN.real, C_HxNx2[..., 0])
-          - jnp.einsum("bln,hn->blh", x_BxLxN.imag, C_HxNx2[..., 1]))
-
-
-def _is_int(value) -> bool:
-  return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-@registry.register("s5")
-class S5(nn.Module):
+@register("s5")
+class S5(SSMMixer):
   """S5 layer: MIMO diagonal SSM by parallel scan (+ D skip), GELU, dropout, GLU output."""
-  dropout_rate: float = 0.0  # dropout after the GELU (the encoder's attention_dropout_rate)
-  dtype: str = "float32"
+  # dropout_rate (the encoder's attention_dropout_rate) is the dropout after the GELU.
   state_size: int = 256  # P, the real system's state size (P/2 complex states are kept)
   blocks: int = 8  # J HiPPO-N blocks of size P/J on A's diagonal at init (P/J even)
   discretization: str = "zoh"  # "zoh" or "bilinear"
@@ -190,32 +146,22 @@ class S5(nn.Module):
 
   # Leaf names that train with config.ssm_learning_rate and no weight decay (lra/optim.py).
   OPTIMIZER_GROUP = ("Lambda_re", "Lambda_im", "B", "log_dt")
-  # The SSM encodes positions itself; S5 mean-pools its outputs (no CLS token).
-  ENCODER_DEFAULTS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
+  # The encoder adds no absolute positions to S5 and mean-pools without a CLS token
+  # (configs/table.py): the SSM encodes positions itself, and the official S5 pools the mean.
+  SETTINGS = {"state_size": s.Int(2), "blocks": s.Int(1),
+              "discretization": s.Choice(DISCRETIZATIONS), "dt_min": s.Float(0.0, open="low"),
+              "dt_max": s.Float(0.0, open="low"), "c_init": s.Choice(C_INITS),
+              "bidirectional": s.Bool(), "clip_eigs": s.Bool(),
+              "activation": s.Choice(ACTIVATIONS), "tie_dropout": s.Bool()}
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
+  def check_settings(self) -> None:
+    super().check_settings()
     p, j = self.state_size, self.blocks
-    if not _is_int(p) or p < 2:
-      raise ValueError(f"s5 state_size must be an integer >= 2, got {p!r}")
-    if not _is_int(j) or j < 1 or p % j or (p // j) % 2:
-      raise ValueError(f"s5 blocks must divide state_size into blocks of even size (conjugate "
-                       f"pairs), got state_size={p!r}, blocks={j!r}")
-    if self.discretization not in DISCRETIZATIONS:
-      raise ValueError(f"unknown s5 discretization {self.discretization!r}; valid: "
-                       f"{', '.join(DISCRETIZATIONS)}")
-    if self.c_init not in C_INITS:
-      raise ValueError(f"unknown s5 c_init {self.c_init!r}; valid: {', '.join(C_INITS)}")
-    if self.activation not in ACTIVATIONS:
-      raise ValueError(f"unknown s5 activation {self.activation!r}; valid: "
-                       f"{', '.join(ACTIVATIONS)}")
-    if not 0 < self.dt_min <= self.dt_max:
-      raise ValueError(f"s5 needs 0 < dt_min <= dt_max, got dt_min={self.dt_min!r}, "
-                       f"dt_max={self.dt_max!r}")
-    for name in ("bidirectional", "clip_eigs", "tie_dropout"):
-      if not isinstance(getattr(self, name), (bool, np.bool_)):
-        raise ValueError(f"s5 {name} must be True or False, got {getattr(self, name)!r}")
-    super().__post_init__()
+    if p % j or (p // j) % 2:
+      s.fail(s.attention_key("blocks"), j,
+             f"a divisor of config.model.attention.state_size={p!r} into blocks of even size "
+             "(conjugate pairs)")
+    self.check_dt_range()
 
   def _init_C(self, key, width: int):
     p = self.state_size
@@ -243,30 +189,22 @@ class S5(nn.Module):
     C2_HxNx2 = (self.param("C_reverse", lambda key: self._init_C(key, width))
                 if self.bidirectional else None)
     D_H = self.param("D", nn.initializers.normal(1.0), (width,))
-    log_dt_N = self.param(
-        "log_dt", lambda key: jax.random.uniform(key, (p // 2,), jnp.float32,
-                                                 np.log(self.dt_min), np.log(self.dt_max)))
+    log_dt_N = self.param("log_dt", log_uniform(self.dt_min, self.dt_max), (p // 2,))
 
-    # The SSM in float32 whatever the compute dtype: long products of complex numbers.
-    u_BxLxH = jnp.where(mask_BxL[..., None], x_BxLxD, 0).astype(jnp.float32)
+    u_BxLxH = masked_input(x_BxLxD, mask_BxL)
     lam_bar_N, B_bar_NxH = discretize(lambda_re_N, lambda_im_N, log_dt_N, B_NxHx2,
                                       self.discretization, self.clip_eigs)
     bu_BxLxN = project_in(u_BxLxH, B_bar_NxH)
-    x_BxLxN = diagonal_recurrence(lam_bar_N, bu_BxLxN, mask_BxL)
-    y_BxLxH = 2 * real_part_out(x_BxLxN, C_HxNx2)  # the dropped conjugates give the factor 2
-    if self.bidirectional:
-      x2_BxLxN = diagonal_recurrence(lam_bar_N, bu_BxLxN, mask_BxL, reverse=True)
-      y_BxLxH = y_BxLxH + 2 * real_part_out(x2_BxLxN, C2_HxNx2)
+    # The dropped conjugates give the factor 2.
+    y_BxLxH = 2 * recurrence_out(lam_bar_N, bu_BxLxN, mask_BxL, C_HxNx2, C2_HxNx2)
     y_BxLxH = (y_BxLxH + D_H[None, None, :] * u_BxLxH).astype(self.dtype)
 
-    drop = nn.Dropout(self.dropout_rate, broadcast_dims=(1,) if self.tie_dropout else ())
-    g_BxLxH = drop(nn.gelu(y_BxLxH), deterministic=deterministic)
+    g_BxLxH = self.tied_dropout(nn.gelu(y_BxLxH), deterministic=deterministic)
     if self.activation == "gelu":
       return g_BxLxH
-    dense = lambda name: nn.Dense(width, dtype=self.dtype, name=name)
-    gate_BxLxH = jax.nn.sigmoid(dense("gate")(g_BxLxH))
     if self.activation == "full_glu":
-      return dense("value")(g_BxLxH) * gate_BxLxH
+      return glu(g_BxLxH, self.dtype)
+    gate_BxLxH = jax.nn.sigmoid(nn.Dense(width, dtype=self.dtype, name="gate")(g_BxLxH))
     if self.activation == "half_glu1":
       return g_BxLxH * gate_BxLxH
     return y_BxLxH * gate_BxLxH  # half_glu2: the GELU only feeds the gate

@@ -16,11 +16,11 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from models import registry
-from models.attention import MASK_VALUE, OutputProjection, QKVProjection, dropout_weights
-from models.blocked import pad_to_blocks, to_blocks
+from models import settings as s
+from models.blocked import padded_blocks
+from models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
+from models.registry import register
 
 # A sorted key whose permuted mask weight is at or below this is treated as fully padded.
 _TINY = 1e-30
@@ -45,11 +45,16 @@ def sorted_block_attention(q_BxNxbxHxK, k_BxNxbxHxK, v_BxNxbxHxK, mask_BxNxb, p_
   """Each query block n attends to its own keys and to block n of the sorted keys P @ K.
 
   Row n of P weights the key blocks that become query block n's partner (a hard permutation
-  with P[n, m] = 1 makes block m the partner). The padding mask is permuted with the keys and
-  kept soft: a sorted key made of a fraction w of real keys enters the softmax with weight w
-  (log w added to its logit), which is exactly the padding mask when P is hard and leaves keys
-  with w ~ 0 no weight. Padded keys and values are zeroed before the mixing, so whatever sits at
-  padded positions cannot reach the sorted blocks.
+  with P[n, m] = 1 makes block m the partner). Without padding this is exactly Tay et al.'s
+  definition: one softmax over [q k_own ; q (P K)_n] with values [v_own ; (P V)_n].
+
+  With padding, the mask is permuted with the keys and kept soft: a sorted key whose mixture
+  (row n of P) holds a fraction w of real keys enters the softmax with weight w (log w added
+  to its logit), which is exactly the padding mask when P is hard and leaves keys with w ~ 0
+  no weight. w is the padded share taken from 1, relative to the row's sum of P (Sinkhorn rows
+  sum to 1 only approximately), so with no padding w is exactly 1 and the logits untouched.
+  Padded keys and values are zeroed before the mixing, so whatever sits at padded positions
+  cannot reach the sorted blocks.
   """
   keep_BxNxb = mask_BxNxb.astype(bool)
   zero_pad = lambda t: jnp.where(keep_BxNxb[..., None, None], t, jnp.zeros((), t.dtype))
@@ -60,54 +65,52 @@ def sorted_block_attention(q_BxNxbxHxK, k_BxNxbxHxK, v_BxNxbxHxK, mask_BxNxb, p_
                             k_BxNxbxHxK)
   vs_BxNxbxHxK = jnp.einsum("bhnm,bmqhk->bnqhk", p_BxHxNxN.astype(v_BxNxbxHxK.dtype),
                             v_BxNxbxHxK)
-  weight_BxHxNxb = jnp.einsum("bhnm,bmq->bhnq", p_BxHxNxN, keep_BxNxb.astype(jnp.float32))
+  real_BxNxHx1xb = _sorted_share(p_BxHxNxN, keep_BxNxb)
+  padded_BxNxHx1xb = _sorted_share(p_BxHxNxN, ~keep_BxNxb)
+  row_BxNxHx1x1 = jnp.einsum("bhnm->bnh", p_BxHxNxN)[..., None, None]
+  # Exactly 0 without padding (a sum of zeros), so w = 1 and log w = 0 there.
+  w_BxNxHx1xb = 1.0 - padded_BxNxHx1xb / row_BxNxHx1x1
+  present_BxNxHx1xb = real_BxNxHx1xb > _TINY
+  # log is taken of a safe value so masked slots give no NaN gradient through the where.
+  log_w_BxNxHx1xb = jnp.log(jnp.where(present_BxNxHx1xb, jnp.maximum(w_BxNxHx1xb, _TINY), 1.0))
 
   scale = q_BxNxbxHxK.shape[-1] ** -0.5
   q_BxNxbxHxK = q_BxNxbxHxK * scale
   own_BxNxHxbxb = jnp.einsum("bnqhk,bnmhk->bnhqm", q_BxNxbxHxK, k_BxNxbxHxK,
                              preferred_element_type=jnp.float32)
-  own_BxNxHxbxb = jnp.where(keep_BxNxb[:, :, None, None, :], own_BxNxHxbxb, MASK_VALUE)
   srt_BxNxHxbxb = jnp.einsum("bnqhk,bnmhk->bnhqm", q_BxNxbxHxK, ks_BxNxbxHxK,
-                             preferred_element_type=jnp.float32)
-  present_BxNxHx1xb = jnp.transpose(weight_BxHxNxb, (0, 2, 1, 3))[:, :, :, None, :] > _TINY
-  # log is taken of a safe value so masked slots give no NaN gradient through the where.
-  log_w_BxNxHx1xb = jnp.log(jnp.where(
-      present_BxNxHx1xb, jnp.transpose(weight_BxHxNxb, (0, 2, 1, 3))[:, :, :, None, :], 1.0))
-  srt_BxNxHxbxb = jnp.where(present_BxNxHx1xb, srt_BxNxHxbxb + log_w_BxNxHx1xb, MASK_VALUE)
+                             preferred_element_type=jnp.float32) + log_w_BxNxHx1xb
 
   # One softmax over the 2b keys [own block ; sorted partner block].
   logits_BxNxHxbx2b = jnp.concatenate([own_BxNxHxbxb, srt_BxNxHxbxb], axis=-1)
-  weights_BxNxHxbx2b = jax.nn.softmax(logits_BxNxHxbx2b, axis=-1)
-  if dropout_rng is not None and dropout_rate > 0.0:
-    weights_BxNxHxbx2b = dropout_weights(dropout_rng, weights_BxNxHxbx2b, dropout_rate)
+  own_ok_BxNx1x1xb = keep_BxNxb[:, :, None, None, :]
+  allowed_BxNxHx1x2b = jnp.concatenate(
+      [jnp.broadcast_to(own_ok_BxNx1x1xb, present_BxNxHx1xb.shape), present_BxNxHx1xb], -1)
+  weights_BxNxHxbx2b = masked_softmax(logits_BxNxHxbx2b, allowed_BxNxHx1x2b,
+                                      dropout_rng=dropout_rng, dropout_rate=dropout_rate)
   v_BxNx2bxHxK = jnp.concatenate([v_BxNxbxHxK, vs_BxNxbxHxK], axis=2)
   return jnp.einsum("bnhqm,bnmhk->bnqhk", weights_BxNxHxbx2b.astype(v_BxNx2bxHxK.dtype),
                     v_BxNx2bxHxK)
 
 
-@registry.register("sinkhorn")
-class SinkhornAttention(nn.Module):
+def _sorted_share(p_BxHxNxN, which_BxNxb):
+  """(P which)[n, q] per head: how much of sorted slot q of block n comes from the positions
+  `which` marks, BxNxHx1xb."""
+  share_BxHxNxb = jnp.einsum("bhnm,bmq->bhnq", p_BxHxNxN, which_BxNxb.astype(jnp.float32))
+  return jnp.transpose(share_BxHxNxb, (0, 2, 1, 3))[:, :, :, None, :]
+
+
+@register("sinkhorn")
+class SinkhornAttention(HeadsMixer):
   """Local block attention plus attention to a Sinkhorn-sorted partner block, per head."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   block_size: int = 50  # LRA's setting
   sinkhorn_iterations: int = 5  # row+column normalisation rounds
   temperature: float = 0.75  # divides the sorting logits; lower -> closer to a hard permutation
   gumbel: bool = False  # Gumbel noise on the sorting logits while training (dropout rng)
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    if not isinstance(self.block_size, (int, np.integer)) or self.block_size < 1:
-      raise ValueError(f"sinkhorn attention needs block_size >= 1, got {self.block_size!r}")
-    if (not isinstance(self.sinkhorn_iterations, (int, np.integer))
-        or self.sinkhorn_iterations < 1):
-      raise ValueError("sinkhorn attention needs sinkhorn_iterations >= 1, got "
-                       f"{self.sinkhorn_iterations!r}")
-    if not self.temperature > 0:
-      raise ValueError(f"sinkhorn attention needs temperature > 0, got {self.temperature!r}")
-    super().__post_init__()
+  SETTINGS = {"block_size": s.Int(1), "sinkhorn_iterations": s.Int(1),
+              "temperature": s.Float(0.0, open="low"), "gumbel": s.Bool()}
+  SUBQUADRATIC = True
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
@@ -117,11 +120,10 @@ class SinkhornAttention(nn.Module):
     # A block longer than the input is one block of the input's length (no padding work).
     block = min(int(self.block_size), length)
 
-    q_BxNxbxHxK = to_blocks(pad_to_blocks(q_BxLxHxK, block)[0], block)
-    k_BxNxbxHxK = to_blocks(pad_to_blocks(k_BxLxHxK, block)[0], block)
-    v_BxNxbxHxK = to_blocks(pad_to_blocks(v_BxLxHxK, block)[0], block)
+    q_BxNxbxHxK, k_BxNxbxHxK, v_BxNxbxHxK = (padded_blocks(t, block)
+                                             for t in (q_BxLxHxK, k_BxLxHxK, v_BxLxHxK))
     # Positions added to fill the last block are padding.
-    keep_BxNxb = to_blocks(pad_to_blocks(mask_BxL.astype(bool), block, value=False)[0], block)
+    keep_BxNxb = padded_blocks(mask_BxL.astype(bool), block, value=False)
     batch, num_blocks = keep_BxNxb.shape[:2]
     head_dim = q_BxNxbxHxK.shape[-1]
 
@@ -147,7 +149,7 @@ class SinkhornAttention(nn.Module):
       logits_BxHxNxN = logits_BxHxNxN - jnp.log(-jnp.log(u_BxHxNxN))
     p_BxHxNxN = sinkhorn(logits_BxHxNxN / self.temperature, self.sinkhorn_iterations)
 
-    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    rng = self.attention_rng(deterministic)
     y_BxNxbxHxK = sorted_block_attention(q_BxNxbxHxK, k_BxNxbxHxK, v_BxNxbxHxK, keep_BxNxb,
                                          p_BxHxNxN, dropout_rng=rng,
                                          dropout_rate=self.dropout_rate)

@@ -18,9 +18,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import registry
-from models.attention import MASK_VALUE, OutputProjection, QKVProjection, dropout_weights
+from models import settings as s
 from models.blocked import attend, pad_to_blocks, to_blocks
+from models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
+from models.registry import register
 
 PATTERNS = ("fixed", "strided")
 COMBINES = ("heads", "interleave", "merged")
@@ -94,10 +95,8 @@ def _merged(q_BxNxlxHxK, k_BxNxlxHxK, v_BxNxlxHxK, mask_BxNxl, pattern, c, rng, 
 
   logits_BxNxHxlxT = jnp.concatenate([near_BxNxHxlxl, far_BxNxHxlxM], axis=-1)
   ok_BxNx1xlxT = jnp.concatenate([near_ok_BxNx1xlxl, far_ok_BxNx1xlxM], axis=-1)
-  logits_BxNxHxlxT = jnp.where(ok_BxNx1xlxT, logits_BxNxHxlxT, MASK_VALUE)
-  weights_BxNxHxlxT = jax.nn.softmax(logits_BxNxHxlxT, axis=-1)
-  if rng is not None and rate > 0.0:
-    weights_BxNxHxlxT = dropout_weights(rng, weights_BxNxHxlxT, rate)
+  weights_BxNxHxlxT = masked_softmax(logits_BxNxHxlxT, ok_BxNx1xlxT, dropout_rng=rng,
+                                     dropout_rate=rate)
   weights_BxNxHxlxT = weights_BxNxHxlxT.astype(v_BxNxlxHxK.dtype)
   near_w_BxNxHxlxl, far_w_BxNxHxlxM = weights_BxNxHxlxT[..., :l], weights_BxNxHxlxT[..., l:]
 
@@ -110,13 +109,9 @@ def _merged(q_BxNxlxHxK, k_BxNxlxHxK, v_BxNxlxHxK, mask_BxNxl, pattern, c, rng, 
   return y_BxNxlxHxK * has_key_BxNxlx1x1.astype(y_BxNxlxHxK.dtype)
 
 
-@registry.register("sparse_transformer")
-class SparseTransformerAttention(nn.Module):
+@register("sparse_transformer")
+class SparseTransformerAttention(HeadsMixer):
   """Child et al. 2019 factorised attention, without the causal mask (classification)."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   layer_index: int = 0  # the encoder block's index; picks the pattern for "interleave"
   # LRA's sparse transformer config used the fixed pattern with block 50 and c 10.
   pattern: str = "fixed"      # "fixed" or "strided": what A2 is
@@ -124,31 +119,24 @@ class SparseTransformerAttention(nn.Module):
   block_size: int = 50        # l: block length and stride
   c: int = 10                 # fixed pattern: summary positions at the end of each block
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    if self.pattern not in PATTERNS:
-      raise registry.UnknownSettingError(
-          f"sparse_transformer pattern={self.pattern!r} is not one of {', '.join(PATTERNS)}")
-    if self.combine not in COMBINES:
-      raise registry.UnknownSettingError(
-          f"sparse_transformer combine={self.combine!r} is not one of {', '.join(COMBINES)}")
-    if self.block_size < 1:
-      raise registry.UnknownSettingError(
-          f"sparse_transformer block_size={self.block_size} must be at least 1")
-    if self.pattern == "fixed" and not 1 <= self.c <= self.block_size:
-      raise registry.UnknownSettingError(
-          f"sparse_transformer c={self.c} must be in 1..block_size={self.block_size}")
-    super().__post_init__()
+  SETTINGS = {"pattern": s.Choice(PATTERNS), "combine": s.Choice(COMBINES),
+              "block_size": s.Int(1), "c": s.Int(1)}
+  SUBQUADRATIC = True
+
+  def check_settings(self) -> None:
+    super().check_settings()
+    if self.pattern == "fixed" and self.c > self.block_size:
+      s.fail(s.attention_key("c"), self.c,
+             f"an integer in 1..config.model.attention.block_size={self.block_size}")
+    if self.combine == "heads" and self.num_heads < 2:
+      # With one head there is nothing to split: the model would be A1 only.
+      s.fail(s.attention_key("combine"), self.combine,
+             "'interleave' or 'merged' with one head ('heads' needs config.model.num_heads >= 2)")
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
-    if self.combine == "heads" and self.num_heads < 2:
-      # With one head there is nothing to split: the model would be A1 only.
-      raise registry.UnknownSettingError(
-          "sparse_transformer combine='heads' needs num_heads >= 2; use 'interleave' or "
-          "'merged' with one head")
     q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype)(x_BxLxD)
-    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
+    rng = self.attention_rng(deterministic)
     l = self.block_size
     q_BxPxHxK, length = pad_to_blocks(q, l)
     k_BxPxHxK, _ = pad_to_blocks(k, l)

@@ -23,8 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
-from models.attention import MASK_VALUE, OutputProjection, QKVProjection, dropout_weights
+from models import settings as s
+from models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
+from models.registry import register
 
 MODES = ("dense", "random", "factorized_dense", "factorized_random")
 
@@ -54,28 +55,18 @@ def factor_sizes(length: int) -> tuple[int, int]:
   return a, -(-length // a)
 
 
-@registry.register("synthesizer")
-class SynthesizerAttention(nn.Module):
+@register("synthesizer")
+class SynthesizerAttention(HeadsMixer):
   """Synthesised (optionally dot-product-mixed) softmax attention; see the module docstring."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   layer_index: int = 0  # seeds the fixed matrices of trainable_random=False
   mode: str = "random"  # LRA's setting
   mix_dot_product: bool = True  # LRA mixed random synthetic logits with dot-product ones
   trainable_random: bool = True  # False: random matrices fixed (regenerated, never trained)
   factor_rank: int = 8  # factorized_random: R = R1 R2^T with rank factor_rank
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    if self.mode not in MODES:
-      raise ValueError(f"synthesizer mode {self.mode!r} is not one of {', '.join(MODES)}")
-    if not isinstance(self.factor_rank, (int, np.integer)) or self.factor_rank < 1:
-      raise ValueError(f"synthesizer needs factor_rank >= 1, got {self.factor_rank!r}")
-    if self.qkv_dim % self.num_heads:
-      raise ValueError(f"qkv_dim {self.qkv_dim} is not divisible by num_heads {self.num_heads}")
-    super().__post_init__()
+  SETTINGS = {"mode": s.Choice(MODES), "mix_dot_product": s.Bool(),
+              "trainable_random": s.Bool(), "factor_rank": s.Int(1)}
+  # Quadratic by design: H x L x L synthetic logits.
 
   def _sized_param(self, name, init, shape):
     """A parameter sized at init (the max length); later calls keep the stored shape."""
@@ -163,12 +154,10 @@ class SynthesizerAttention(nn.Module):
                                   kernel_init=nn.initializers.xavier_uniform(),
                                   name="value")(x_BxLxD)
       logits_BxHxLxL = synthetic_BxHxLxL
-    logits_BxHxLxL = jnp.where(mask_BxL[:, None, None, :].astype(bool), logits_BxHxLxL,
-                               MASK_VALUE)
-    weights_BxHxLxL = jax.nn.softmax(logits_BxHxLxL.astype(jnp.float32), axis=-1)
-    if not deterministic and self.dropout_rate > 0.0:
-      weights_BxHxLxL = dropout_weights(self.make_rng("dropout"), weights_BxHxLxL,
-                                        self.dropout_rate)
+    weights_BxHxLxL = masked_softmax(logits_BxHxLxL.astype(jnp.float32),
+                                     mask_BxL[:, None, None, :].astype(bool),
+                                     dropout_rng=self.attention_rng(deterministic),
+                                     dropout_rate=self.dropout_rate)
     y_BxLxHxK = jnp.einsum("bhlm,bmhk->blhk", weights_BxHxLxL.astype(v_BxLxHxK.dtype),
                            v_BxLxHxK)
     return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxLxHxK)

@@ -27,8 +27,9 @@ Differences from the paper, on purpose:
 - The mixer sits inside a pre-LayerNorm block, so the cache is the LayerNorm'd h^{l-1}: that
   LayerNorm's scale and bias get no gradient through the memory (the values are the same).
 - With CLS pooling the classifier would read position 0, which attends to the first segment
-  only (memory flows forward), so it would ignore the rest of the input. ENCODER_DEFAULTS
-  therefore sets MEAN pooling (a config may still override it).
+  only (memory flows forward), so it would ignore the rest of the input. The task configs
+  therefore use MEAN pooling without a CLS token, and no absolute positions
+  (configs/table.py).
 
 Padded keys get no weight, in the memory too. An input whose length is not a multiple of the
 segment length is padded internally; an input no longer than one segment is one segment.
@@ -43,9 +44,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
-from models.attention import MASK_VALUE, OutputProjection, QKVProjection, dropout_weights
+from models import settings as s
 from models.blocked import pad_to_blocks, to_blocks
+from models.common import (HeadsMixer, MASK_VALUE, OutputProjection, QKVProjection,
+                           masked_softmax)
+from models.registry import register
 
 _BIAS_INIT = nn.initializers.normal(stddev=0.02)  # the paper's code: init_std 0.02
 
@@ -97,32 +100,16 @@ class RelativeBiases(nn.Module):
     return self.param("u", _BIAS_INIT, shape), self.param("v", _BIAS_INIT, shape)
 
 
-@registry.register("transformer_xl")
-class TransformerXLAttention(nn.Module):
+@register("transformer_xl")
+class TransformerXLAttention(HeadsMixer):
   """Segment-level attention over [cached memory; segment] with relative positions."""
-  ENCODER_DEFAULTS = {"positions": "none", "pooling": "MEAN"}  # see the module docstring
-
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   segment_len: int = 256  # S: tokens per segment (see the module docstring)
   mem_len: int = -1  # M: cached positions before each segment; -1: same as segment_len
   untie_biases: bool = False  # u, v per layer instead of shared by all layers (the paper)
   shared: RelativeBiases | None = None  # the encoder's u, v, given unless untie_biases
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    is_int = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-    if not is_int(self.segment_len) or self.segment_len < 1:
-      raise ValueError(f"transformer_xl needs segment_len >= 1, got {self.segment_len!r}")
-    if not is_int(self.mem_len) or self.mem_len < -1:
-      raise ValueError(f"transformer_xl needs mem_len >= 0, or -1 for segment_len; got "
-                       f"{self.mem_len!r}")
-    if not isinstance(self.untie_biases, (bool, np.bool_)):
-      raise ValueError(f"transformer_xl untie_biases must be True or False, got "
-                       f"{self.untie_biases!r}")
-    super().__post_init__()
+  SETTINGS = {"segment_len": s.Int(1), "mem_len": s.Int(-1), "untie_biases": s.Bool()}
+  SUBQUADRATIC = True
 
   @staticmethod
   def make_shared(settings, *, num_heads, qkv_dim, **_):
@@ -185,13 +172,13 @@ class TransformerXLAttention(nn.Module):
                                     preferred_element_type=jnp.float32)
     logits_BxNxHxSxT = (content_BxNxHxSxT + relative_shift(position_BxNxHxSxW, mem)) * (
         head_dim ** -0.5)
-    logits_BxNxHxSxT = jnp.where(keep_BxNxT[:, :, None, None, :], logits_BxNxHxSxT, MASK_VALUE)
-    self.sow("intermediates", "logits", logits_BxNxHxSxT)  # for tests; free otherwise
-
-    weights_BxNxHxSxT = jax.nn.softmax(logits_BxNxHxSxT, axis=-1)
-    if not deterministic and self.dropout_rate > 0.0:
-      weights_BxNxHxSxT = dropout_weights(self.make_rng("dropout"), weights_BxNxHxSxT,
-                                          self.dropout_rate)
+    allowed_BxNx1x1xT = keep_BxNxT[:, :, None, None, :]
+    # For tests (free otherwise): the logits with masked keys at MASK_VALUE.
+    self.sow("intermediates", "logits",
+             jnp.where(allowed_BxNx1x1xT, logits_BxNxHxSxT, MASK_VALUE))
+    weights_BxNxHxSxT = masked_softmax(logits_BxNxHxSxT, allowed_BxNx1x1xT,
+                                       dropout_rng=self.attention_rng(deterministic),
+                                       dropout_rate=self.dropout_rate)
     y_BxNxSxHxK = jnp.einsum("bnhst,bnthk->bnshk", weights_BxNxHxSxT.astype(v_BxNxTxHxK.dtype),
                              v_BxNxTxHxK)
     y_BxPxHxK = y_BxNxSxHxK.reshape(batch, num * seg, self.num_heads, head_dim)

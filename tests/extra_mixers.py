@@ -2,15 +2,12 @@
 import flax.linen as nn
 
 from models import registry
+from models.common import HeadsMixer
 
 
 @registry.register("test_identity")
-class TokenwiseDense(nn.Module):
+class TokenwiseDense(HeadsMixer):
   """No token mixing at all: a cheap second model for the tables."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0
-  dtype: str = "float32"
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
@@ -18,12 +15,8 @@ class TokenwiseDense(nn.Module):
 
 
 @registry.register("test_oom")
-class RunsOutOfMemory(nn.Module):
+class RunsOutOfMemory(HeadsMixer):
   """Fails the way XLA does when a device runs out of memory."""
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0
-  dtype: str = "float32"
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):

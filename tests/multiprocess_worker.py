@@ -10,7 +10,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402
 
-from lra import trainer  # noqa: E402
+from lra.training import trainer  # noqa: E402
 from tests.tiny import tiny_config  # noqa: E402
 
 

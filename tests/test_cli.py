@@ -12,8 +12,9 @@ TINY = ["--config.data.max_len=40", "--config.model.num_layers=1", "--config.mod
         "--config.checkpoint_every=2", "--config.log_every=2", "--config.progress=False"]
 
 
-def _run(*args, cwd=ROOT):
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+def _run(*args, cwd=ROOT, path=()):
+  pythonpath = os.pathsep.join([ROOT, *map(str, path)])
+  env = {**os.environ, "PYTHONPATH": pythonpath, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
   return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
                         text=True, timeout=300)
 
@@ -98,3 +99,47 @@ def test_resuming_with_another_model_size_is_refused(listops_dir, tmp_path):
   line = _error_line(_run(*args, "--config.model.emb_dim=32", "--config.num_train_steps=8"))
   assert "do not fit this config" in line and "config.json" in line
   assert sorted(os.listdir(tmp_path / "checkpoints")) == before  # nothing saved is lost
+
+
+# A mixer with a shape bug: [B, L, D] @ [B, L, D] contracts D with L.
+BROKEN_MIXER = """\
+import flax.linen as nn
+from models import registry
+
+
+@registry.register("test_broken")
+class Broken(nn.Module):
+  num_heads: int
+  qkv_dim: int
+  dropout_rate: float = 0.0
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    return x_BxLxD @ x_BxLxD
+"""
+# train.py itself, run after importing the module that registers the broken mixer.
+TRAIN_WITH_BROKEN_MIXER = ("import runpy, sys, broken_mixer; sys.argv[0] = 'train.py'; "
+                           "runpy.run_path('train.py', run_name='__main__')")
+
+
+def test_a_bug_in_a_mixer_keeps_its_traceback(listops_dir, tmp_path):
+  (tmp_path / "broken_mixer.py").write_text(BROKEN_MIXER)
+  proc = _run("-c", TRAIN_WITH_BROKEN_MIXER, "--config=configs/listops.py:test_broken,cpu",
+              f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}", *TINY,
+              path=[tmp_path])
+  assert proc.returncode != 0
+  assert not any(l.startswith("error:") for l in proc.stderr.splitlines()), proc.stderr[-2000:]
+  line = BROKEN_MIXER.splitlines().index("    return x_BxLxD @ x_BxLxD") + 1
+  assert "Traceback" in proc.stderr and "TypeError" in proc.stderr, proc.stderr[-2000:]
+  assert f'broken_mixer.py", line {line}' in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_config_error_with_a_registered_mixer_is_one_line(listops_dir, tmp_path):
+  # The same code path as above, with a setting the mixer does not have.
+  (tmp_path / "broken_mixer.py").write_text(BROKEN_MIXER)
+  line = _error_line(_run("-c", TRAIN_WITH_BROKEN_MIXER,
+                          "--config=configs/listops.py:test_broken,cpu",
+                          f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}",
+                          "--config.model.attention.no_such_setting=1", *TINY, path=[tmp_path]))
+  assert "no_such_setting" in line

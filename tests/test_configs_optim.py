@@ -1,9 +1,17 @@
 """Configs (options, the paper's values) and the learning-rate schedules."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
-from configs import base, listops
-from lra import optim
+from configs import base, listops, table, task_config
+from lra.training import optim
+from lra.data import tasks
+from models import registry
+
+TASKS = {name: task_config(name) for name in tasks.NAMES}
 
 
 def test_listops_defaults_are_the_repository_base_values():
@@ -40,3 +48,46 @@ def test_cosine_schedule_warms_up_then_decays_to_zero():
   lr = optim.learning_rate_schedule(c)
   np.testing.assert_allclose([lr(0), lr(5), lr(10), lr(60), lr(110)],
                              [0.0, 5e-4, 1e-3, 5e-4, 0.0], atol=1e-9)
+
+
+def test_loading_a_config_does_not_import_jax():
+  """Config errors fail fast: loading and building a config touches no JAX, no mixer module."""
+  code = ("import sys; from configs import listops, pathx; "
+          "listops.get_config('transformer_xl,cpu'); pathx.get_config('s5'); "
+          "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'flax') "
+          "or m.startswith('models.') and m not in ('models.registry', 'models.settings')); "
+          "print(loaded); assert not loaded")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
+
+
+def test_table_names_real_tasks_models_and_settings():
+  """A typo in configs/table.py (a task, a model, a mixer setting) fails here, not silently."""
+  models = set(registry.names())
+  for key in [*table.SIZES, *table.ATTENTION]:
+    task, model = key if isinstance(key, tuple) else (key, None)
+    assert task in TASKS, key
+    assert model is None or model in models, key
+  assert set(table.TASK) <= set(TASKS) and set(table.MODEL) <= models
+  for (task, model), settings in table.ATTENTION.items():
+    assert set(settings) <= set(registry.user_settings(model)), (task, model)
+    c = TASKS[task].get_config(model)
+    assert all(c.model.attention[k] == v for k, v in settings.items())
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_model_setting_of_the_table_reaches_every_task(task):
+  for model, settings in table.MODEL.items():
+    c = TASKS[task].get_config(model + ",cpu")
+    assert all(c.model[k] == v for k, v in settings.items()), (task, model)
+
+
+def test_transformer_xl_pools_without_a_cls_token():
+  """MEAN pooling with a CLS token would average the CLS vector in (the drift this fixed)."""
+  import jax
+  import models
+  c = listops.get_config("transformer_xl,cpu")
+  assert (c.model.pooling, c.model.use_cls, c.model.positions) == ("MEAN", False, "none")
+  net = models.build(c.model.to_dict(), vocab_size=20, num_classes=10, max_len=16, pair=False)
+  params = jax.eval_shape(net.init, jax.random.PRNGKey(0), jax.numpy.ones((2, 16), "int32"))
+  assert "cls" not in params["params"]["encoder"]

@@ -8,8 +8,10 @@ import pytest
 from flax.training import train_state
 
 import models
-from lra import checkpoint, tasks, trainer
+from lra.data import tasks
+from lra.training import checkpoint, trainer
 from models import encoder, registry
+from models.settings import SettingError
 from tests.jaxpr_shapes import array_shapes
 from tests.mixer_checks import padded_tokens, run_once as _run
 
@@ -241,12 +243,12 @@ def test_models_without_batch_norm_keep_their_checkpoint_layout():
 
 
 @pytest.mark.parametrize("option,message", [
-    (dict(norm="group"), "norm='group' is not one of layer, batch"),
-    (dict(ffn_chunks=0), "ffn_chunks=0 must be an integer >= 1"),
-    (dict(ffn_chunks=2.5), "ffn_chunks=2.5 must be an integer >= 1"),
-    (dict(prenorm="no"), "prenorm='no' must be True or False"),
-    (dict(feedforward=None), "feedforward=None must be True or False"),
-    (dict(reversible=1), "reversible=1 must be True or False")])
+    (dict(norm="group"), "norm='group' is not valid: one of 'layer', 'batch'"),
+    (dict(ffn_chunks=0), "ffn_chunks=0 is not valid: an integer >= 1"),
+    (dict(ffn_chunks=2.5), "ffn_chunks=2.5 is not valid: an integer >= 1"),
+    (dict(prenorm="no"), "prenorm='no' is not valid: True or False"),
+    (dict(feedforward=None), "feedforward=None is not valid: True or False"),
+    (dict(reversible=1), "reversible=1 is not valid: True or False")])
 def test_bad_options_are_errors_naming_the_valid_values(option, message):
-  with pytest.raises(registry.UnknownSettingError, match=message):
+  with pytest.raises(SettingError, match=message):
     _model(**option)

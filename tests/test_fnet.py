@@ -8,6 +8,7 @@ import models
 import models.fnet  # noqa: F401  (registers "fnet")
 from models import registry
 from models.fnet import FourierMixer
+from models.settings import SettingError
 from tests.jaxpr_shapes import array_shapes
 from tests.mixer_checks import build_and_apply, run_once as _run
 
@@ -101,13 +102,12 @@ def test_no_parameters_and_no_length_by_length_array_with_fft():
 
 def test_settings_and_errors():
   assert registry.default_settings("fnet") == {"use_fft": True, "normalize": False}
-  assert registry.encoder_defaults("fnet") == {"prenorm": False}  # the paper's post-LN block
   assert "dropout_rate" not in registry.user_settings("fnet")
-  with pytest.raises(ValueError, match="use_fft must be True or False"):
+  with pytest.raises(SettingError, match="use_fft='yes' is not valid: True or False"):
     FourierMixer(use_fft="yes")
-  with pytest.raises(ValueError, match="normalize must be True or False"):
+  with pytest.raises(SettingError, match="normalize=1 is not valid: True or False"):
     FourierMixer(normalize=1)
-  with pytest.raises(registry.UnknownSettingError, match="use_fft"):
+  with pytest.raises(SettingError, match="use_fft"):
     models.build(dict(name="fnet", attention=dict(fft=True)), vocab_size=5, num_classes=2,
                  max_len=8, pair=False)
 

@@ -6,8 +6,9 @@ import pytest
 
 import models
 import models.linformer  # noqa: F401  (registers "linformer")
-from models import attention, registry
+from models import registry, transformer
 from models.linformer import LinformerAttention
+from models.settings import SettingError
 from tests.jaxpr_shapes import array_shapes
 from tests.mixer_checks import build_and_apply, run_once as _run
 
@@ -32,7 +33,7 @@ def test_identity_projections_are_full_attention():
   x, _, _ = _inputs()
   mask = jnp.ones(x.shape[:2], bool)  # padded keys would be zero vectors here, not dropped
   eye = jnp.eye(LENGTH, dtype=jnp.float32)
-  full = attention.FullAttention(num_heads=HEADS, qkv_dim=DIM)
+  full = transformer.FullAttention(num_heads=HEADS, qkv_dim=DIM)
 
   mixers = [_mixer(k=LENGTH, sharing=sharing) for sharing in ("none", "kv")]
   init = lambda m: m.init(jax.random.PRNGKey(0), x, mask, deterministic=True)["params"]
@@ -86,9 +87,9 @@ def test_settings_and_errors():
     x, mask, _ = _inputs()
     jax.eval_shape(lambda: _mixer(sharing="layer").init(jax.random.PRNGKey(0), x, mask,
                                                         deterministic=True))
-  with pytest.raises(ValueError, match="none, kv, layer"):
+  with pytest.raises(SettingError, match="'none', 'kv', 'layer'"):
     _mixer(sharing="heads")
-  with pytest.raises(ValueError, match="k >= 1"):
+  with pytest.raises(SettingError, match="k=0 is not valid: an integer >= 1"):
     _mixer(k=0)
   x, mask, _ = _inputs()
   mixer = _mixer(k=2)

@@ -7,7 +7,8 @@ import statistics
 import numpy as np
 import pytest
 
-from lra import listops
+from lra.data import listops
+from lra.errors import UserError
 
 SMALL = dict(min_length=10, max_length=200, max_depth=5, max_args=10)
 
@@ -138,7 +139,7 @@ def test_early_stop_matches_full_tree():
 
 
 def test_impossible_window_raises():
-  with pytest.raises(ValueError, match="no tree"):
+  with pytest.raises(UserError, match="no tree"):
     listops.generate(5, min_length=1, max_length=4, max_depth=2, max_args=3,
                      workers=1, progress=False)  # only lengths 1, 4, 5 exist
 
@@ -186,7 +187,7 @@ def test_split_files_round_trip(tmp_path):
 def test_malformed_files(tmp_path, content, line, what):
   path = tmp_path / "bad.tsv"
   path.write_text(content, encoding="utf-8")
-  with pytest.raises(ValueError) as info:
+  with pytest.raises(UserError) as info:
     listops.read_split(path, 16)
   message = str(info.value)
   assert str(path) in message and f"line {line}" in message and what in message
@@ -194,7 +195,7 @@ def test_malformed_files(tmp_path, content, line, what):
 
 def test_missing_file(tmp_path):
   path = tmp_path / "nope.tsv"
-  with pytest.raises(FileNotFoundError, match="nope.tsv"):
+  with pytest.raises(UserError, match="nope.tsv"):
     listops.read_split(path, 16)
 
 

@@ -6,7 +6,8 @@ import pytest
 
 import models
 import models.local  # registers "local" even before models/__init__ imports it
-from models import attention, registry
+from models import registry, transformer
+from models.settings import SettingError
 
 
 def _random_mask(rng, batch, length):
@@ -106,7 +107,7 @@ def test_pattern_is_really_local():
 @pytest.mark.parametrize("block", [9, 50])
 def test_one_block_is_full_attention(block, overlap):
   _, x, mask, mixer, params = _setup(9, block, overlap)
-  full = attention.FullAttention(num_heads=2, qkv_dim=8)
+  full = transformer.FullAttention(num_heads=2, qkv_dim=8)
   np.testing.assert_allclose(_apply(mixer, params, x, mask), _apply(full, params, x, mask),
                              rtol=1e-5, atol=1e-6)
 
@@ -166,7 +167,8 @@ def test_trains_in_the_encoder():
 
 def test_settings():
   assert registry.default_settings("local") == {"block_size": 50, "overlap": False}
-  with pytest.raises(registry.UnknownSettingError, match="block_size"):
+  with pytest.raises(SettingError, match="block_size"):
     _model(attention=dict(window=4))
-  with pytest.raises(ValueError, match="block_size"):
-    _model(attention=dict(block_size=0))
+  for bad in (0, True):
+    with pytest.raises(SettingError, match="block_size"):
+      _model(attention=dict(block_size=bad))

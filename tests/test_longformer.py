@@ -6,8 +6,9 @@ import pytest
 
 import models
 import models.longformer  # noqa: F401  (registers "longformer")
-from models import attention, registry
+from models import registry, transformer
 from models.longformer import LongformerAttention
+from models.settings import SettingError
 from tests.jaxpr_shapes import array_shapes
 
 HEADS, QKV, DIM = 2, 8, 12
@@ -135,7 +136,7 @@ def test_whole_sequence_window_is_full_attention(length):
   mixer = LongformerAttention(num_heads=HEADS, qkv_dim=QKV, window=2 * length,
                               global_positions=())
   params = _init(mixer, x, mask, seed=1)
-  full = attention.FullAttention(num_heads=HEADS, qkv_dim=QKV)
+  full = transformer.FullAttention(num_heads=HEADS, qkv_dim=QKV)
   np.testing.assert_allclose(_apply(mixer, params, x, mask), _apply(full, params, x, mask),
                              rtol=1e-5, atol=1e-5)
 
@@ -181,11 +182,16 @@ def test_dropout_needs_rng_and_changes_output():
 
 def test_bad_settings_are_errors():
   x, mask, _ = _setup(6)
-  for kw, match in [(dict(dilation=(1, 2, 3)), "dilation"), (dict(window=5), "even"),
-                    (dict(global_positions=(6,)), "global_positions")]:
-    mixer = LongformerAttention(num_heads=HEADS, qkv_dim=QKV, **kw)
-    with pytest.raises(ValueError, match=match):
-      jax.eval_shape(lambda: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True))
+  for kw, match in [(dict(dilation=(1, 2, 3)), "dilation"), (dict(window=5), "even")]:
+    with pytest.raises(SettingError, match=match):
+      LongformerAttention(num_heads=HEADS, qkv_dim=QKV, **kw)
+  with pytest.raises(SettingError, match="global_positions"):  # at build time, with max_len
+    models.build(dict(name="longformer", num_heads=HEADS, qkv_dim=QKV, use_cls=False,
+                      attention=dict(global_positions=(6,))),
+                 vocab_size=5, num_classes=2, max_len=6, pair=False)
+  mixer = LongformerAttention(num_heads=HEADS, qkv_dim=QKV, global_positions=(6,))
+  with pytest.raises(ValueError, match="global_positions"):  # an input shorter than that
+    jax.eval_shape(lambda: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True))
 
 
 def test_registered_with_defaults_and_builds():

@@ -9,6 +9,7 @@ import models
 import models.lru  # noqa: F401  (registers "lru")
 from models import registry
 from models.lru import LRU, magnitude_and_phase
+from models.settings import SettingError
 from tests.jaxpr_shapes import array_shapes
 from tests.mixer_checks import build_and_apply, check_padding_inert, padded_inputs, run_once as _run
 
@@ -188,16 +189,16 @@ def test_settings_and_errors():
   assert registry.default_settings("lru") == dict(
       state_size=256, r_min=0.0, r_max=1.0, max_phase=2 * np.pi, bidirectional=False,
       tie_dropout=True)
-  for bad, match in ((dict(state_size=0), "state_size must be"),
-                     (dict(state_size=True), "state_size must be"),
-                     (dict(r_min=0.9, r_max=0.5), "r_min <= r_max"),
-                     (dict(r_max=1.5), "r_min <= r_max <= 1"),
-                     (dict(r_min=-0.1), "0 <= r_min"),
-                     (dict(r_min=1.0, r_max=1.0), "r_min < 1"),
-                     (dict(r_min=0.0, r_max=0.0), "r_max > 0"),
-                     (dict(max_phase=0.0), "max_phase must be > 0"),
+  for bad, match in ((dict(state_size=0), "state_size=0 .* >= 1"),
+                     (dict(state_size=True), "state_size=True .* >= 1"),
+                     (dict(r_min=0.9, r_max=0.5), "r_min=0.9 .* <= config.model.attention.r_max"),
+                     (dict(r_max=1.5), "r_max=1.5 .* <= 1"),
+                     (dict(r_min=-0.1), "r_min=-0.1 .* >= 0"),
+                     (dict(r_min=1.0, r_max=1.0), "r_min=1.0 .* < 1"),
+                     (dict(r_min=0.0, r_max=0.0), "r_max=0.0 .* > 0"),
+                     (dict(max_phase=0.0), "max_phase=0.0 .* > 0"),
                      (dict(bidirectional=1), "True or False")):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(SettingError, match=match):
       LRU(**bad)
-  with pytest.raises(registry.UnknownSettingError, match="r_min"):
+  with pytest.raises(SettingError, match="r_min"):
     registry.make("lru", dict(rmin=0.5))

@@ -1,11 +1,19 @@
 """The shared encoder, full attention and the mixer registry."""
+import dataclasses
+import pathlib
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import models
-from models import attention, registry
+from models import common, registry, transformer
+from models.settings import SettingError
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _random_mask(rng, batch, length):
@@ -35,7 +43,7 @@ def test_full_attention_matches_reference(length):
   rng = np.random.default_rng(length)
   x = jnp.asarray(rng.normal(size=(3, length, 12)), jnp.float32)
   mask = jnp.asarray(_random_mask(rng, 3, length))
-  mixer = attention.FullAttention(num_heads=3, qkv_dim=12)
+  mixer = transformer.FullAttention(num_heads=3, qkv_dim=12)
   params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
   out = mixer.apply(params, x, mask, deterministic=True)
   ref = _reference_attention(params, x, mask)
@@ -100,10 +108,60 @@ def test_too_long_input_is_an_error():
 
 
 def test_registry_errors_name_the_valid_choices():
-  with pytest.raises(registry.UnknownSettingError, match="valid models: .*transformer"):
+  with pytest.raises(SettingError, match="valid models: .*transformer"):
     _model(name="no_such_model")
-  with pytest.raises(registry.UnknownSettingError, match="does not take setting"):
+  with pytest.raises(SettingError, match="does not take setting"):
     _model(attention=dict(window=3))
-  with pytest.raises(registry.UnknownSettingError, match="pooling"):
+  with pytest.raises(SettingError, match="pooling"):
     _model(pooling="MAX")
   assert "transformer" in registry.names()
+
+
+# ------------------------------------------------------------------------- every mixer's settings
+
+_TINY_MODEL = dict(emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=16, num_layers=1)
+
+
+def _build(name, attention=None, **model):
+  return models.build(dict(name=name, attention=attention or {}, **{**_TINY_MODEL, **model}),
+                      vocab_size=10, num_classes=2, max_len=24, pair=False)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_static_settings_are_the_dataclass_defaults(name):
+  """The registry reads settings from the source without importing it; they must be what the
+  imported class declares (a default that is not a literal fails in the registry)."""
+  cls = registry.get(name)
+  fields = [f for f in dataclasses.fields(cls)
+            if f.init and f.name not in registry.ENCODER_FIELDS + ("parent", "name")]
+  assert registry.user_settings(name) == [f.name for f in fields]
+  assert registry.default_settings(name) == {f.name: f.default for f in fields}
+  # Every setting has its check, and the flag the contract test reads is there.
+  assert set(cls.SETTINGS) == set(registry.user_settings(name))
+  assert isinstance(cls.SUBQUADRATIC, bool) or isinstance(cls.SUBQUADRATIC, property)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_every_bad_setting_fails_at_build_time(name):
+  """Values each setting's check rejects (True for an int, 0 or -1 below a minimum, an unknown
+  choice, ...) raise SettingError from models.build, before anything is traced."""
+  cls = registry.get(name)
+  model = _build(name)  # the defaults build
+  assert isinstance(model, models.Classifier)
+  for setting, rule in cls.SETTINGS.items():
+    for bad in rule.bad_values():
+      with pytest.raises(SettingError, match=f"config.model.attention.{setting}="):
+        _build(name, {setting: bad})
+  if issubclass(cls, common.HeadsMixer):  # qkv_dim is split over the heads
+    with pytest.raises(SettingError, match="config.model.qkv_dim=15 .*num_heads=2"):
+      _build(name, qkv_dim=15)
+  with pytest.raises(SettingError, match="config.model.attention_dropout_rate=1.0"):
+    _build(name, attention_dropout_rate=1.0)
+
+
+def test_registry_reads_models_without_importing_jax():
+  """Loading the registry, names and defaults imports neither JAX nor Flax."""
+  code = ("import sys, models, models.registry as r; r.names(); "
+          "[r.default_settings(n) for n in r.names()]; "
+          "assert 'jax' not in sys.modules and 'flax' not in sys.modules, 'imported'")
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=_ROOT)

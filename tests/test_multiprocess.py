@@ -8,8 +8,9 @@ import sys
 import jax
 import numpy as np
 
-from lra import tasks, trainer
-from lra.checkpoint import Checkpoints
+from lra.data import tasks
+from lra.training import trainer
+from lra.training.checkpoint import Checkpoints
 from tests.tiny import tiny_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,9 +6,10 @@ import pytest
 
 import models
 import models.nystromformer  # noqa: F401  (registers "nystromformer")
-from models import attention, registry
+from models import common, registry, transformer
 from models.nystromformer import (NystromAttention, depthwise_conv, iterative_pinv,
                                   nystrom_attention)
+from models.settings import SettingError
 from tests.jaxpr_shapes import array_shapes
 from tests.mixer_checks import build_and_apply, run_once as _run
 
@@ -88,7 +89,7 @@ def test_one_landmark_per_token_is_full_attention():
             # Dropout on softmax(Q~ K^T) is the Transformer's attention dropout here: same
             # rng, same weights dropped.
             nystrom(q, k, v, dropout_rng=drop_key, dropout_rate=0.3),
-            real(attention.softmax_attention(q, k, v, mask, dropout_rng=drop_key,
+            real(common.softmax_attention(q, k, v, mask, dropout_rng=drop_key,
                                              dropout_rate=0.3)))
 
   out, ref, grads, ref_grads, dropped, ref_dropped = _run(run, q, k, v)
@@ -113,7 +114,7 @@ def test_module_with_one_landmark_per_token_is_the_transformer():
   mask = jnp.asarray(np.arange(length)[None] < np.array([[length], [4]]))
   mixer = NystromAttention(num_heads=HEADS, qkv_dim=width, num_landmarks=length,
                            pinv_iterations=12, conv_kernel=0)
-  full = attention.FullAttention(num_heads=HEADS, qkv_dim=width)
+  full = transformer.FullAttention(num_heads=HEADS, qkv_dim=width)
 
   def run(x):
     params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
@@ -204,15 +205,15 @@ def test_settings_and_errors():
   assert registry.default_settings("nystromformer") == {
       "num_landmarks": 64, "pinv_iterations": 6, "conv_kernel": 35}
   make = lambda **kw: NystromAttention(num_heads=HEADS, qkv_dim=DIM, **kw)
-  with pytest.raises(ValueError, match="num_landmarks >= 1"):
+  with pytest.raises(SettingError, match="num_landmarks=0 .* >= 1"):
     make(num_landmarks=0)
-  with pytest.raises(ValueError, match="pinv_iterations >= 1"):
+  with pytest.raises(SettingError, match="pinv_iterations=0 .* >= 1"):
     make(pinv_iterations=0)
-  with pytest.raises(ValueError, match="0 \\(off\\) or an odd"):
+  with pytest.raises(SettingError, match="0 \\(off\\) or an odd"):
     make(conv_kernel=4)
-  with pytest.raises(ValueError, match="0 \\(off\\) or an odd"):
+  with pytest.raises(SettingError, match="conv_kernel=-1 .* >= 0"):
     make(conv_kernel=-1)
-  with pytest.raises(registry.UnknownSettingError, match="num_landmarks"):
+  with pytest.raises(SettingError, match="num_landmarks"):
     models.build(dict(name="nystromformer", attention=dict(landmarks=4)), vocab_size=5,
                  num_classes=2, max_len=8, pair=False)
 

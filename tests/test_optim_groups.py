@@ -7,7 +7,7 @@ import optax
 import models
 import models.s4d  # noqa: F401  (registers "s4d")
 from configs import listops
-from lra import optim
+from lra.training import optim
 from models.s4d import S4D
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lra import pathfinder, pathfinder_gen
+from lra.data import pathfinder, pathfinder_gen
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,10 @@ import pytest
 
 import models
 import models.performer  # registers "performer" even before models/__init__ imports it
-from models import attention, registry
+from models import registry, transformer
 from models.performer import (PerformerAttention, favor_attention, positive_features,
                                random_features)
+from models.settings import SettingError
 
 
 def _run(fn, *args):
@@ -105,7 +106,7 @@ def test_orthogonal_blocks():
 def _params(seed):
   """Initialised once per seed. FullAttention's init: the Performer has the same parameters,
   so applying the Performer to them also checks the names match."""
-  full = attention.FullAttention(num_heads=2, qkv_dim=8)
+  full = transformer.FullAttention(num_heads=2, qkv_dim=8)
   x, mask = jnp.zeros((1, 3, 8)), jnp.ones((1, 3), bool)
   return _run(lambda key: full.init(key, x, mask, deterministic=True), jax.random.PRNGKey(seed))
 
@@ -223,7 +224,7 @@ def test_builds_in_the_encoder():
 def test_settings():
   assert registry.default_settings("performer") == {
       "nb_features": 256, "kernel": "softmax", "orthogonal": True, "redraw": True, "seed": 0}
-  with pytest.raises(ValueError, match="kernel"):
+  with pytest.raises(SettingError, match="kernel"):
     PerformerAttention(num_heads=2, qkv_dim=8, kernel="exp")
-  with pytest.raises(ValueError, match="nb_features"):
+  with pytest.raises(SettingError, match="nb_features"):
     PerformerAttention(num_heads=2, qkv_dim=8, nb_features=0)

@@ -8,12 +8,12 @@ import jax.numpy as jnp
 import pytest
 
 import models
-from configs import image, listops, pathfinder, pathx, published, retrieval, text
+from configs import listops, pathx, published, task_config
+from lra.data import tasks
 from models import registry
 from models.encoder import Encoder
 
-TASKS = dict(listops=listops, text=text, retrieval=retrieval, image=image,
-             pathfinder=pathfinder, pathx=pathx)
+TASKS = {name: task_config(name) for name in tasks.NAMES}
 
 
 def _with_table():

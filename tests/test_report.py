@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from lra import charts, report
+from lra.reporting import accuracy, charts, files, markdown, paper, results, speed
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 
@@ -38,26 +38,29 @@ def _row(table: dict, model: str) -> dict:
 
 
 def test_paper_tables_consistent():
-  assert set(report.PAPER_ACCURACY) == set(report.PAPER_MODELS)
-  for model, row in report.PAPER_ACCURACY.items():
+  assert set(paper.PAPER_ACCURACY) == set(paper.PAPER_MODELS)
+  for model, row in paper.PAPER_ACCURACY.items():
     assert row["pathx"] is None
     mean = sum(row[t] for t in FIVE) / 5
     # The paper's own Sinkhorn average does not match its row (51.48 vs the printed 51.39).
     tolerance = 0.09 if model == "sinkhorn" else 0.006
-    assert abs(mean - report.PAPER_AVG5[model]) < tolerance, model
-  assert set(report.PAPER_SPEED) == set(report.PAPER_MEMORY)
-  assert "longformer" not in report.PAPER_SPEED
-  assert report.PAPER_SPEED["transformer"][1024] == 8.1
-  assert report.PAPER_MEMORY["performer"][4096] == 1.06
+    assert abs(mean - paper.PAPER_AVG5[model]) < tolerance, model
+  assert set(paper.PAPER_SPEED) == set(paper.PAPER_MEMORY)
+  assert "longformer" not in paper.PAPER_SPEED
+  assert paper.PAPER_SPEED["transformer"][1024] == 8.1
+  assert paper.PAPER_MEMORY["performer"][4096] == 1.06
 
 
 def test_report_does_not_import_jax():
-  code = "import sys, lra.report, lra.charts; assert 'jax' not in sys.modules"
+  code = ("import sys, lra.reporting.accuracy, lra.reporting.charts, lra.reporting.files, "
+          "lra.reporting.markdown, lra.reporting.results; assert 'jax' not in sys.modules")
   subprocess.run([sys.executable, "-c", code], check=True,
                  cwd=os.path.dirname(os.path.dirname(__file__)))
 
 
-def test_collect_averages_and_duplicates(tmp_path):
+@pytest.fixture
+def sweep(tmp_path):
+  """Runs of three models; returns (collected results, warnings, tmp_path)."""
   # Transformer: all five, no Path-X. Local: four only. Performer: all six.
   scores = {"listops": 0.40, "text": 0.60, "retrieval": 0.50, "image": 0.30,
             "pathfinder": 0.70}
@@ -74,23 +77,28 @@ def test_collect_averages_and_duplicates(tmp_path):
   unfinished = tmp_path / "sweep" / "unfinished"
   unfinished.mkdir()
   (unfinished / "metrics.jsonl").write_text("{}\n")
-  empty = tmp_path / "empty"
-  empty.mkdir()
-
+  (tmp_path / "empty").mkdir()
   warnings: list[str] = []
-  results = report.collect_results([str(tmp_path / "sweep"), str(tmp_path / "other"),
-                                    str(empty), str(tmp_path / "nope")], warnings)
-  assert len(results) == 5 + 5 + 1 + 4
+  found = results.collect_results([str(tmp_path / "sweep"), str(tmp_path / "other"),
+                                   str(tmp_path / "empty"), str(tmp_path / "nope")], warnings)
+  return found, warnings, tmp_path
+
+
+def test_collect_warns_and_keeps_the_best_on_validation(sweep):
+  found, warnings, root = sweep
+  assert len(found) == 5 + 5 + 1 + 4
   assert any("unfinished" in w for w in warnings)
-  assert any(str(empty) in w for w in warnings)
+  assert any(str(root / "empty") in w for w in warnings)
   assert any("nope" in w for w in warnings)
   assert sum("two runs" in w for w in warnings) == 2
-  by_key = {(r["model"], r["task"]): r for r in results}
+  by_key = {(r["model"], r["task"]): r for r in found}
   assert by_key[("transformer", "listops")]["test_accuracy"] == 0.40
   assert by_key[("transformer", "image")]["test_accuracy"] == 0.25
   assert by_key[("transformer", "image")]["superseded"]
 
-  table = report.accuracy_table(results)
+
+def test_accuracy_table_cells_and_averages(sweep):
+  table = accuracy.accuracy_table(sweep[0])
   t = _row(table, "transformer")
   assert t["cells"]["listops"]["ours"] == pytest.approx(40.0)
   assert t["cells"]["listops"]["diff"] == pytest.approx(40.0 - 36.37)
@@ -115,7 +123,11 @@ def test_collect_averages_and_duplicates(tmp_path):
   assert _row(table, "bigbird")["cells"]["text"] == {
       "ours": None, "paper": 64.02, "paper_fail": False, "diff": None, "run": None}
 
-  md = report.accuracy_markdown(table)
+
+def test_accuracy_markdown_csv_and_json(sweep):
+  table = accuracy.accuracy_table(sweep[0])
+  out = sweep[2] / "out"
+  md = markdown.accuracy_markdown(table)
   line = next(x for x in md.splitlines() if x.startswith("| Transformer "))
   assert "40.0 (36.4, +3.6)" in line
   assert "- (FAIL)" in line  # no Path-X run
@@ -126,22 +138,21 @@ def test_collect_averages_and_duplicates(tmp_path):
   assert "How each cell was obtained" in md and "2000 steps" in md
 
   # Flat CSV rows and the JSON helper.
-  flat = report.accuracy_rows(table)
-  report.write_csv(str(tmp_path / "out" / "accuracy.csv"), flat)
-  with open(tmp_path / "out" / "accuracy.csv") as f:
+  flat = accuracy.accuracy_rows(table)
+  files.write_csv(str(out / "accuracy.csv"), flat)
+  with open(out / "accuracy.csv") as f:
     read = list(csv.DictReader(f))
   assert len(read) == len(flat)
-  report.write_json(str(tmp_path / "out" / "accuracy.json"),
-                    {"table": table, "nan": float("nan")})
-  assert json.loads((tmp_path / "out" / "accuracy.json").read_text())["nan"] is None
+  files.write_json(str(out / "accuracy.json"), {"table": table, "nan": float("nan")})
+  assert json.loads((out / "accuracy.json").read_text())["nan"] is None
 
 
 def test_extra_model_without_paper_figures(tmp_path):
   _write_run(tmp_path, "s4_listops", "s4", "listops", 0.55, 0.5)
-  table = report.accuracy_table(report.collect_results([str(tmp_path)]),
-                                include_paper_models=False)
+  table = accuracy.accuracy_table(results.collect_results([str(tmp_path)]),
+                                  include_paper_models=False)
   assert [r["model"] for r in table["rows"]] == ["s4"]
-  md = report.accuracy_markdown(table)
+  md = markdown.accuracy_markdown(table)
   assert "| s4 | 55.0 | - |" in md
 
 
@@ -169,7 +180,7 @@ SPEED_ROWS = [
 
 
 def test_speed_tables_and_markdown():
-  tables = report.speed_tables(SPEED_ROWS)
+  tables = speed.speed_tables(SPEED_ROWS)
   assert tables["lengths"] == [1024, 2048]
   assert tables["models"] == ["transformer", "reformer", "performer"]
   perf = tables["speed"]["performer"]
@@ -184,9 +195,9 @@ def test_speed_tables_and_markdown():
   assert tables["flops"]["performer"][1024]["fraction_of_peak"] == pytest.approx(0.2)
   assert sorted(tables["memory_measures"]) == ["compiled", "peak"]
 
-  md = report.speed_markdown(tables, machine={"device_kind": "cpu", "platform": "cpu",
-                                              "device_count": 1, "jax_version": "0.0",
-                                              "matmul_peak_flops_per_s": 1e14, "batch": 32})
+  md = markdown.speed_markdown(tables, machine={"device_kind": "cpu", "platform": "cpu",
+                                                "device_count": 1, "jax_version": "0.0",
+                                                "matmul_peak_flops_per_s": 1e14, "batch": 32})
   lines = md.splitlines()
   perf_line = next(x for x in lines if x.startswith("| Performer ") and "x" in x)
   assert "5.0 (2.5x; paper 1.2x)" in perf_line
@@ -201,19 +212,19 @@ def test_speed_tables_and_markdown():
   assert "4 TFLOP, 20 TFLOP/s (20%)" in md
 
   # A later re-measurement replaces the earlier row.
-  again = report.speed_tables(SPEED_ROWS + [_speed_row("transformer", 1024, steps=1.0)])
+  again = speed.speed_tables(SPEED_ROWS + [_speed_row("transformer", 1024, steps=1.0)])
   assert again["speed"]["performer"][1024]["ratio"] == pytest.approx(5.0)
   assert again["notes"]
 
 
 def test_bubble_inputs():
-  tables = report.speed_tables(SPEED_ROWS)
+  tables = speed.speed_tables(SPEED_ROWS)
   acc = {"rows": [{"model": "performer", "avg5": 60.0}, {"model": "transformer", "avg5": 55.0},
                   {"model": "reformer", "avg5": None}]}
-  accuracy, speed, memory, length = report.bubble_inputs(acc, tables)
+  scores, steps, memory, length = speed.bubble_inputs(acc, tables)
   assert length == 2048
-  assert accuracy == {"performer": 60.0, "transformer": 55.0}
-  assert speed == {"performer": 4.0, "reformer": 1.0}
+  assert scores == {"performer": 60.0, "transformer": 55.0}
+  assert steps == {"performer": 4.0, "reformer": 1.0}
   assert memory == {"performer": 2.0, "reformer": 3.0}
 
 

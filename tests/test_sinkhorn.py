@@ -8,6 +8,7 @@ import models
 import models.sinkhorn  # registers "sinkhorn" even before models/__init__ imports it
 from models import registry
 from models.sinkhorn import SinkhornAttention, sinkhorn, sorted_block_attention
+from models.settings import SettingError
 from tests.mixer_checks import run_once as _run
 
 
@@ -60,6 +61,47 @@ def test_hard_permutation_is_block_permuted_local_attention():
                              atol=1e-5)
   # The permutation is really applied: another partner gives another output.
   assert np.abs(out - out_other).max() > 1e-2
+
+
+def _paper_sinkhorn_attention(q, k, v, log_alpha, iterations, temperature):
+  """Tay et al. 2020 written out in numpy (float64) with no padding: P = Sinkhorn(R / tau) by
+  alternating row and column normalisation of exp(R / tau); the sorted blocks are
+  K_s = P K_blocks, V_s = P V_blocks (P as it comes, rows not renormalised), and each query
+  block takes one softmax over its own block's keys and its sorted block's keys."""
+  q, k, v = (np.asarray(t, np.float64) for t in (q, k, v))
+  batch, num_blocks, block, heads, dim = q.shape
+  p = np.exp(np.asarray(log_alpha, np.float64) / temperature)
+  for _ in range(iterations):
+    p = p / p.sum(-1, keepdims=True)
+    p = p / p.sum(-2, keepdims=True)
+  out = np.zeros(q.shape)
+  for b in range(batch):
+    for h in range(heads):
+      k_sorted = np.einsum("nm,mqd->nqd", p[b, h], k[b, :, :, h])
+      v_sorted = np.einsum("nm,mqd->nqd", p[b, h], v[b, :, :, h])
+      for n in range(num_blocks):
+        keys = np.concatenate([k[b, n, :, h], k_sorted[n]])
+        values = np.concatenate([v[b, n, :, h], v_sorted[n]])
+        scores = q[b, n, :, h] @ keys.T / np.sqrt(dim)
+        e = np.exp(scores - scores.max(-1, keepdims=True))
+        out[b, n, :, h] = (e / e.sum(-1, keepdims=True)) @ values
+  return out, p
+
+
+def test_without_padding_equals_the_papers_definition():
+  """A soft P whose rows do not sum to 1 (5 iterations end on a column step): the padding
+  term must leave the sorted keys' logits untouched."""
+  rng = np.random.default_rng(3)
+  batch, num_blocks, block, heads, dim = 2, 4, 3, 2, 4
+  q, k, v = (jnp.asarray(rng.normal(size=(batch, num_blocks, block, heads, dim)), jnp.float32)
+             for _ in range(3))
+  log_alpha = jnp.asarray(rng.normal(size=(batch, heads, num_blocks, num_blocks)) * 2,
+                          jnp.float32)
+  mask = jnp.ones((batch, num_blocks, block), bool)
+  out = _run(lambda a: sorted_block_attention(q, k, v, mask, sinkhorn(a / 0.75, 5)), log_alpha)
+  ref, p = _paper_sinkhorn_attention(q, k, v, log_alpha, 5, 0.75)
+  assert np.abs(p.sum(-1) - 1).max() > 1e-3  # the case the old weighting got wrong
+  np.testing.assert_allclose(np.asarray(out), ref, rtol=1e-5, atol=1e-5)
 
 
 def _inputs(length, seed, batch=3, dim=8):
@@ -136,5 +178,5 @@ def test_settings():
   assert registry.default_settings("sinkhorn") == dict(
       block_size=50, sinkhorn_iterations=5, temperature=0.75, gumbel=False)
   for bad in (dict(block_size=0), dict(sinkhorn_iterations=0), dict(temperature=0.0)):
-    with pytest.raises(ValueError, match=next(iter(bad))):
+    with pytest.raises(SettingError, match=next(iter(bad))):
       SinkhornAttention(num_heads=2, qkv_dim=8, **bad)

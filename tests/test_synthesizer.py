@@ -6,8 +6,9 @@ import pytest
 
 import models
 import models.synthesizer  # noqa: F401  (registers "synthesizer")
-from models import attention, registry
+from models import registry, transformer
 from models.synthesizer import MODES, SynthesizerAttention
+from models.settings import SettingError
 from tests.mixer_checks import run_once as _run
 
 HEADS, DIM, LENGTH, SHORT = 2, 8, 7, 5
@@ -77,7 +78,7 @@ def test_mode_mixing_masking_and_gradients(mode):
   x, x_noisy = _inputs()
   mask = jnp.asarray(MASK)
   mixer = SynthesizerAttention(num_heads=HEADS, qkv_dim=DIM, mode=mode)
-  full = attention.FullAttention(num_heads=HEADS, qkv_dim=DIM)
+  full = transformer.FullAttention(num_heads=HEADS, qkv_dim=DIM)
   real = lambda y: jnp.where(mask[:, :, None], y, 0.0)
 
   def run(x, x_noisy):
@@ -201,9 +202,10 @@ def test_builds_in_the_encoder(settings):
 def test_settings():
   assert registry.default_settings("synthesizer") == {
       "mode": "random", "mix_dot_product": True, "trainable_random": True, "factor_rank": 8}
-  with pytest.raises(ValueError, match="dense, random, factorized_dense, factorized_random"):
+  with pytest.raises(SettingError,
+                     match="'dense', 'random', 'factorized_dense', 'factorized_random'"):
     _model(mode="convolutional")
-  with pytest.raises(ValueError, match="factor_rank"):
+  with pytest.raises(SettingError, match="factor_rank"):
     _model(mode="factorized_random", factor_rank=0)
-  with pytest.raises(registry.UnknownSettingError, match="mode"):
+  with pytest.raises(SettingError, match="mode"):
     _model(kind="random")

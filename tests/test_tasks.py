@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from lra import data, pathfinder, store, tasks, trainer
+from lra.data import command, pathfinder, retrieval, store, tasks
+from lra.training import trainer
 from lra.errors import UserError
 
 
@@ -45,7 +46,7 @@ def _write_aan(folder, rows_per_split=12):
 def test_retrieval_prepared_pairs_and_training(tmp_path):
   release, prepared = tmp_path / "tsv_data", tmp_path / "retrieval"
   _write_aan(release)
-  data.main(["retrieval", f"--release_dir={release}", f"--data_dir={prepared}",
+  command.main(["retrieval", f"--release_dir={release}", f"--data_dir={prepared}",
              "--max_len=64"])
   from configs import retrieval
   config = _tiny(retrieval.get_config("transformer"))
@@ -67,10 +68,9 @@ def test_retrieval_malformed_line_names_file_and_line(tmp_path):
   with open(tmp_path / "new_aan_pairs.eval.tsv", "a") as f:
     f.write("1.0\tonly\tthree\n")
   with pytest.raises(SystemExit):
-    data.main(["retrieval", f"--release_dir={tmp_path}", f"--data_dir={tmp_path / 'out'}"])
-  with pytest.raises(ValueError, match="eval.tsv, line 13: expected 5"):
-    list(__import__("lra.retrieval").retrieval.iter_pairs(
-        str(tmp_path / "new_aan_pairs.eval.tsv")))
+    command.main(["retrieval", f"--release_dir={tmp_path}", f"--data_dir={tmp_path / 'out'}"])
+  with pytest.raises(UserError, match="eval.tsv, line 13: expected 5"):
+    list(retrieval.iter_pairs(str(tmp_path / "new_aan_pairs.eval.tsv")))
 
 
 def test_missing_prepared_data_gives_the_command(tmp_path):
@@ -107,7 +107,7 @@ def test_pathfinder_release_reader(tmp_path):
   level_dir = _write_release(tmp_path)
   assert pathfinder.find_level_dir(str(tmp_path), 32, "easy") == str(level_dir)
   assert pathfinder.find_level_dir(str(tmp_path / "lra_release"), 32, "easy") == str(level_dir)
-  data.main(["pathfinder", f"--release_dir={tmp_path}", "--level=easy",
+  command.main(["pathfinder", f"--release_dir={tmp_path}", "--level=easy",
              f"--data_dir={tmp_path / 'pf'}"])
   prepared = pathfinder.prepared_dir(str(tmp_path / "pf"), "easy")
   sizes = [len(np.load(store.path(prepared, s, "labels"))) for s in tasks.SPLITS]
@@ -122,10 +122,10 @@ def test_pathfinder_release_reader(tmp_path):
 def test_pathfinder_malformed_release(tmp_path):
   level_dir = _write_release(tmp_path)
   (level_dir / "imgs" / "0" / "sample_3.png").write_bytes(b"not a png")
-  with pytest.raises(ValueError, match="sample_3.png: not a readable PNG"):
+  with pytest.raises(UserError, match="sample_3.png: not a readable PNG"):
     pathfinder.prepare(str(level_dir), str(tmp_path / "out"), 32, progress=False)
   (level_dir / "metadata" / "0.npy").write_text("imgs/0 sample_0.png 0 7\n")
-  with pytest.raises(ValueError, match="0.npy, line 1"):
+  with pytest.raises(UserError, match="0.npy, line 1"):
     pathfinder.read_metadata(str(level_dir))
 
 
@@ -141,7 +141,7 @@ def test_text_from_raw_tar_heldout_and_original_validation(tmp_path):
       for i in range(20):
         sentiment = ("neg", "pos")[i % 2]
         _add(tar, f"aclImdb/{split}/{sentiment}/{i}_1.txt", f"review {i} {sentiment}".encode())
-  data.main(["text", f"--imdb_tar={tar_path}", f"--data_dir={tmp_path / 'text'}"])
+  command.main(["text", f"--imdb_tar={tar_path}", f"--data_dir={tmp_path / 'text'}"])
   from configs import text
   config = _tiny(text.get_config("transformer,cpu"))
   config.data.data_dir = str(tmp_path / "text")
@@ -169,9 +169,9 @@ def test_image_from_raw_cifar_splits_and_black_pixels(tmp_path):
   (folder / "test_batch.bin").write_bytes(
       b"".join(bytes([l]) + im.transpose(2, 0, 1).tobytes()
                for l, im in zip([1, 2, 3, 4, 5, 6], test_images)))
-  data.main(["image", f"--cifar={folder}", f"--data_dir={tmp_path / 'image'}"])
+  command.main(["image", f"--cifar={folder}", f"--data_dir={tmp_path / 'image'}"])
   from configs import image
-  from lra.image import rgb_to_gray
+  from lra.data.image import rgb_to_gray
   config = _tiny(image.get_config("transformer,cpu"))
   config.data.data_dir = str(tmp_path / "image")
   task = tasks.load(config)
@@ -191,7 +191,7 @@ def test_image_from_raw_cifar_splits_and_black_pixels(tmp_path):
 
 
 def test_generated_pathfinder_trains(tmp_path):
-  data.main(["pathfinder", f"--data_dir={tmp_path / 'pf'}", "--num_images=40", "--workers=1"])
+  command.main(["pathfinder", f"--data_dir={tmp_path / 'pf'}", "--num_images=40", "--workers=1"])
   from configs import pathfinder as pathfinder_config
   config = _tiny(pathfinder_config.get_config("transformer,cpu"))
   config.data.data_dir, config.data.generate_if_missing = str(tmp_path / "pf"), False

@@ -6,7 +6,8 @@ import tarfile
 import numpy as np
 import pytest
 
-from lra import image, text
+from lra.data import image, text
+from lra.errors import UserError
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
@@ -69,12 +70,12 @@ def test_load_raw_imdb_test(imdb_tar):
 
 
 def test_load_raw_imdb_errors(imdb_tar, tmp_path):
-  with pytest.raises(FileNotFoundError):
+  with pytest.raises(UserError):
     text.load_raw_imdb(str(tmp_path / "missing.tar.gz"), "train")
   empty = tmp_path / "other.tar.gz"
   with tarfile.open(empty, "w:gz") as tar:
     _add(tar, "aclImdb/train/unsup/0_0.txt", b"x")
-  with pytest.raises(ValueError, match="other.tar.gz"):
+  with pytest.raises(UserError, match="other.tar.gz"):
     text.load_raw_imdb(str(empty), "train")
   with pytest.raises(ValueError, match="split"):
     text.load_raw_imdb(imdb_tar, "unsup")
@@ -184,20 +185,20 @@ def test_load_raw_cifar10_errors(cifar_raw, tmp_path):
   folder, _, _ = cifar_raw
   with open(os.path.join(folder, "test_batch.bin"), "ab") as f:
     f.write(b"\x01\x02")
-  with pytest.raises(ValueError, match=r"test_batch\.bin.*record 3"):
+  with pytest.raises(UserError, match=r"test_batch\.bin.*record 3"):
     image.load_raw_cifar10(folder, "test")
 
   bad_label = tmp_path / "bad"
   bad_label.mkdir()
   data, _ = _cifar_batch(np.random.default_rng(2), [1, 12])
   (bad_label / "test_batch.bin").write_bytes(data)
-  with pytest.raises(ValueError, match=r"test_batch\.bin.*record 1.*12"):
+  with pytest.raises(UserError, match=r"test_batch\.bin.*record 1.*12"):
     image.load_raw_cifar10(str(bad_label), "test")
 
   os.remove(os.path.join(folder, "data_batch_4.bin"))
-  with pytest.raises(FileNotFoundError, match="data_batch_4"):
+  with pytest.raises(UserError, match="data_batch_4"):
     image.load_raw_cifar10(folder, "train")
-  with pytest.raises(FileNotFoundError):
+  with pytest.raises(UserError):
     image.load_raw_cifar10(str(tmp_path / "nowhere"), "test")
   with pytest.raises(ValueError, match="split"):
     image.load_raw_cifar10(folder, "validation")
@@ -310,10 +311,10 @@ def test_load_tfds_cifar10_prepared(tmp_path):
   assert np.array_equal(pixels, want[:1]) and got_labels.tolist() == [6]
 
 
-def test_tfds_not_prepared_raises_file_not_found(tmp_path):
-  with pytest.raises(FileNotFoundError, match="download_and_prepare") as info:
+def test_tfds_not_prepared_is_a_user_error(tmp_path):
+  with pytest.raises(UserError, match="download_and_prepare") as info:
     text.load_tfds_imdb("train", str(tmp_path))
   assert str(tmp_path) in str(info.value) and "load_raw_imdb" in str(info.value)
-  with pytest.raises(FileNotFoundError, match="file_format='array_record'") as info:
+  with pytest.raises(UserError, match="file_format='array_record'") as info:
     image.load_tfds_cifar10("train", str(tmp_path))
   assert str(tmp_path) in str(info.value) and "load_raw_cifar10" in str(info.value)

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra import batches, optim, tasks, trainer
+from lra.data import batches, tasks
+from lra.training import optim, trainer
 from lra.errors import UserError
 from tests.tiny import tiny_config
 
@@ -35,7 +36,7 @@ def test_step_on_8_devices_equals_1_device(listops_dir):
 
 def _final_params(workdir, config):
   """Parameters of the newest checkpoint, through the trainer's own restore."""
-  from lra.checkpoint import Checkpoints
+  from lra.training.checkpoint import Checkpoints
   task = tasks.load(config)
   model = trainer.build_model(config, task)
   like = trainer.create_state(model, task, config, trainer.make_mesh())

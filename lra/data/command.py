@@ -1,4 +1,5 @@
-"""The data command: generates or prepares a task's data in its data directory.
+"""The data command (`python -m lra.data`): generates or prepares a task's data in its data
+directory.
 
   python -m lra.data listops    --data_dir=data/listops [generator flags]
   python -m lra.data text       --data_dir=data/text (--imdb_tar=PATH | --tfds_dir=DIR)
@@ -17,28 +18,28 @@ import sys
 import numpy as np
 import tqdm
 
-from lra import store
+from lra.data import listops, pathfinder, store
+from lra.data.pathfinder_gen.params import SIZES
+from lra.errors import UserError
 
 TEXT_MAX_LEN = 4000  # the longest Text length any config uses; configs cut it shorter
 
 
 def _listops(args) -> None:
-  from lra import listops
   paths = listops.generate_split_files(
-      args.data_dir, num_train=args.num_train, num_val=args.num_val, num_test=args.num_test,
-      min_length=args.min_length, max_length=args.max_length, max_depth=args.max_depth,
-      max_args=args.max_args, seed=args.seed, workers=args.workers or None)
+      args.data_dir, **{k: getattr(args, k) for k in listops.RELEASE_SETTINGS}, seed=args.seed,
+      workers=args.workers or None)
   for split, path in paths.items():
     print(f"wrote {split}: {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
 
 
 def _one_source(args, first: str) -> None:
   if (getattr(args, first) is None) == (args.tfds_dir is None):
-    raise ValueError(f"give exactly one of --{first} and --tfds_dir")
+    raise UserError(f"give exactly one of --{first} and --tfds_dir")
 
 
 def _text(args) -> None:
-  from lra import text
+  from lra.data import text
   _one_source(args, "imdb_tar")
   for split in ("train", "test"):
     if args.imdb_tar:
@@ -54,7 +55,7 @@ def _text(args) -> None:
 
 
 def _image(args) -> None:
-  from lra import image
+  from lra.data import image
   _one_source(args, "cifar")
   if args.cifar:
     train = image.load_raw_cifar10(args.cifar, "train")
@@ -71,14 +72,13 @@ def _image(args) -> None:
 
 
 def _retrieval(args) -> None:
-  from lra import retrieval
+  from lra.data import retrieval
   counts = retrieval.prepare(args.release_dir, args.data_dir, args.max_len)
   for split, num in counts.items():
     print(f"wrote {split}: {num} pairs to {args.data_dir}")
 
 
 def _pathfinder(args) -> None:
-  from lra import pathfinder
   size = args.size or (128 if args.task == "pathx" else 32)
   data_dir = args.data_dir or f"data/pathfinder{size}"
   out = pathfinder.prepared_dir(data_dir, args.level)
@@ -100,9 +100,7 @@ def parser() -> argparse.ArgumentParser:
 
   s = sub.add_parser("listops", help="generate ListOps (release TSV format)")
   s.add_argument("--data_dir", default="data/listops")
-  for name, default in (("num_train", 96000), ("num_val", 2000), ("num_test", 2000),
-                        ("min_length", 500), ("max_length", 2000), ("max_depth", 10),
-                        ("max_args", 10), ("seed", 0), ("workers", 0)):
+  for name, default in {**listops.RELEASE_SETTINGS, "seed": 0, "workers": 0}.items():
     s.add_argument(f"--{name}", type=int, default=default)
   s.set_defaults(run=_listops)
 
@@ -129,8 +127,9 @@ def parser() -> argparse.ArgumentParser:
   for name in ("pathfinder", "pathx"):
     s = sub.add_parser(name, help="generate (or read from the release) Pathfinder images")
     s.add_argument("--data_dir", default=None, help="default data/pathfinder<size>")
-    s.add_argument("--size", type=int, default=None, help="32 (pathfinder) or 128 (pathx)")
-    s.add_argument("--level", default="hard", choices=("easy", "intermediate", "hard"))
+    s.add_argument("--size", type=int, default=None, choices=SIZES,
+                   help="32 (pathfinder) or 128 (pathx)")
+    s.add_argument("--level", default="hard", choices=tuple(pathfinder.LEVEL_FOLDERS))
     s.add_argument("--num_images", type=int, default=200000)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=0, help="0 = all cores")
@@ -143,10 +142,6 @@ def main(argv=None) -> None:
   args = parser().parse_args(argv)
   try:
     args.run(args)
-  except (FileNotFoundError, ValueError) as e:
+  except UserError as e:  # missing or malformed input, bad settings; a bug keeps its traceback
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
-
-
-if __name__ == "__main__":
-  main()

@@ -1,4 +1,4 @@
-"""IMDb reviews for the LRA Text task: byte-level encoding and two readers.
+"""IMDb reviews for the LRA Text task: byte-level encoding, two readers and the task loader.
 
 Reviews are classified from their raw UTF-8 bytes: token id = byte + 1, 0 = padding (vocab 257).
 Two sources give the same texts and labels: the TFDS ``imdb_reviews`` dataset prepared as
@@ -16,6 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from lra.data import store
+from lra.data.tasks import Task, require_prepared
+from lra.errors import UserError
+
 PAD_ID = 0
 VOCAB_SIZE = 257  # 256 byte values shifted by one, plus padding
 NUM_CLASSES = 2
@@ -25,7 +29,7 @@ RAW_SPLITS: tuple[str, ...] = ("train", "test")
 def encode_bytes(data: bytes, max_len: int) -> np.ndarray:
   """Returns uint16 ids [max_len]: byte + 1, truncated to max_len, zero padded."""
   if max_len < 0:
-    raise ValueError(f"max_len must be >= 0, got {max_len}")
+    raise UserError(f"max_len must be >= 0, got {max_len}")
   ids = np.zeros(max_len, np.uint16)
   head = np.frombuffer(bytes(data[:max_len]), np.uint8)
   ids[:head.size] = head.astype(np.uint16) + 1
@@ -44,14 +48,14 @@ def _prepare_hint(name: str, data_dir: str | None, raw_hint: str) -> str:
 
 
 def open_tfds_source(name: str, split: str, data_dir: str | None, raw_hint: str) -> Sequence[Any]:
-  """tfds.data_source without downloading; a missing dataset raises FileNotFoundError."""
+  """tfds.data_source without downloading; a missing dataset raises UserError."""
   import tensorflow_datasets as tfds  # slow import, only needed for this source
   try:
     return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
   except (NotImplementedError, KeyError, FileNotFoundError) as e:
     # TFDS reports a missing dataset as a non-random-access (TFRecord) format when no
     # dataset_info.json exists, or as empty splits; neither names the actual problem.
-    raise FileNotFoundError(f"{_prepare_hint(name, data_dir, raw_hint)}\n(TFDS said: {e})") from e
+    raise UserError(f"{_prepare_hint(name, data_dir, raw_hint)}\n(TFDS said: {e})") from e
 
 
 def _as_bytes(text: Any) -> bytes:
@@ -73,7 +77,7 @@ def load_tfds_imdb(split: str, data_dir: str | None) -> tuple[list[bytes], np.nd
   """
   source = open_tfds_source(
       "imdb_reviews", split, data_dir,
-      "pass the raw aclImdb_v1.tar.gz to lra.text.load_raw_imdb instead.")
+      "pass the raw aclImdb_v1.tar.gz to lra.data.text.load_raw_imdb instead.")
   texts: list[bytes] = []
   labels = np.empty(len(source), np.int32)
   for i in range(len(source)):
@@ -81,8 +85,8 @@ def load_tfds_imdb(split: str, data_dir: str | None) -> tuple[list[bytes], np.nd
     texts.append(_as_bytes(example["text"]))
     labels[i] = int(example["label"])
   if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
-    raise ValueError(f"imdb_reviews split {split!r} has labels outside 0..1 "
-                     "(the 'unsupervised' split is unlabelled)")
+    raise UserError(f"imdb_reviews split {split!r} has labels outside 0..1 "
+                    "(the 'unsupervised' split is unlabelled)")
   return texts, labels
 
 
@@ -95,7 +99,7 @@ def load_raw_imdb(tar_path: str, split: str) -> tuple[list[bytes], np.ndarray]:
   if split not in RAW_SPLITS:
     raise ValueError(f"split must be one of {RAW_SPLITS}, got {split!r}")
   if not os.path.isfile(tar_path):
-    raise FileNotFoundError(f"IMDb tarball not found: {tar_path}")
+    raise UserError(f"IMDb tarball not found: {tar_path}")
   pattern = re.compile(rf"aclImdb/{split}/(pos|neg)/[^/]+\.txt")
   found: list[tuple[str, bytes, int]] = []
   # One pass in archive order: jumping back in a gzip stream would re-decompress from the start.
@@ -109,11 +113,35 @@ def load_raw_imdb(tar_path: str, split: str) -> tuple[list[bytes], np.ndarray]:
         assert handle is not None  # regular files always have contents
         found.append((member.name, handle.read().strip(), 1 if match.group(1) == "pos" else 0))
   except tarfile.TarError as e:
-    raise ValueError(f"{tar_path} is not a readable tar archive: {e}") from e
+    raise UserError(f"{tar_path} is not a readable tar archive: {e}") from e
   if not found:
-    raise ValueError(f"{tar_path} has no aclImdb/{split}/pos/*.txt or "
-                     f"aclImdb/{split}/neg/*.txt members")
+    raise UserError(f"{tar_path} has no aclImdb/{split}/pos/*.txt or "
+                    f"aclImdb/{split}/neg/*.txt members")
   found.sort(key=lambda item: item[0])
   texts = [text for _, text, _ in found]
   labels = [label for _, _, label in found]
   return texts, np.asarray(labels, np.int32)
+
+
+def load(config) -> Task:
+  """The prepared Text task; validation is a held-out part of train, or the test split."""
+  data = config.data
+  require_prepared(data.data_dir, ("train", "test"), "Text",
+                   f"python -m lra.data text --data_dir={data.data_dir} "
+                   f"--imdb_tar=PATH/aclImdb_v1.tar.gz  (or --tfds_dir=DIR)")
+  num_train = len(np.load(store.path(data.data_dir, "train", "labels")))
+  if data.validation == "heldout":
+    # A fixed random 10% of train, so validation never sees the test set.
+    order = np.random.default_rng(data.split_seed).permutation(num_train)
+    num_val = int(round(num_train * data.val_fraction))
+    train_index, val_index = np.sort(order[num_val:]), np.sort(order[:num_val])
+    val_source = "train"
+  elif data.validation == "test":  # the original: validate on the test split
+    train_index, val_index, val_source = np.arange(num_train), None, "test"
+  else:
+    raise UserError(f"config.data.validation={data.validation!r} is not 'heldout' or 'test'")
+  load_split = lambda split, index=None: store.load_split(data.data_dir, split, ["inputs"],
+                                                          data.max_len, index)
+  splits = {"train": load_split("train", train_index), "val": load_split(val_source, val_index),
+            "test": load_split("test")}
+  return Task("text", NUM_CLASSES, VOCAB_SIZE, data.max_len, False, splits)

@@ -1,8 +1,8 @@
 """Speed and memory of the real train step, one model and length per fresh process.
 
 The setup of the paper's Table 2: the Text task (random bytes), the Text base model by default,
-batch 32, lengths 1K-4K. `eval.py speed` drives it; `python -m lra.benchmark --one ...` is the
-child process that measures one (model, length) and prints one JSON line.
+batch 32, lengths 1K-4K. `eval.py speed` drives it; `python -m lra.reporting.benchmark --one ...`
+is the child process that measures one (model, length) and prints one JSON line.
 """
 from __future__ import annotations
 
@@ -16,8 +16,12 @@ import sys
 import time
 from typing import Any
 
+from lra.errors import UserError
+
 # The Text base model of the original repository (configs/text.py).
 TEXT_BASE_SIZE = dict(emb_dim=256, qkv_dim=256, mlp_dim=1024, num_heads=4, num_layers=4)
+# The repository root: the measuring child runs there (configs/ is imported from it).
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM")
 
 
@@ -47,7 +51,7 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
   for item in items:
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-      raise ValueError(f"--set {item!r} is not KEY=VALUE (e.g. --set reversible=True)")
+      raise UserError(f"--set {item!r} is not KEY=VALUE (e.g. --set reversible=True)")
     try:
       value = ast.literal_eval(text.strip())
     except (ValueError, SyntaxError):
@@ -61,19 +65,19 @@ def override(model_config, sets: dict[str, Any]) -> None:
   error naming the valid ones."""
   for key, value in sets.items():
     if key == "name":
-      raise ValueError("--set name=...: choose the models with --models")
+      raise UserError("--set name=...: choose the models with --models")
     node, path = model_config, key.split(".")
     for i, part in enumerate(path):
       if part not in node:
         where = ".".join(["config.model", *path[:i]])
-        raise ValueError(f"--set {key}: {where} has no field {part!r}; valid: "
-                         f"{', '.join(sorted(node.keys()))}")
+        raise UserError(f"--set {key}: {where} has no field {part!r}; valid: "
+                        f"{', '.join(sorted(node.keys()))}")
       if i < len(path) - 1:
         node = node[part]
     try:
       node[path[-1]] = value
     except TypeError as e:  # ml_collections keeps each field's type
-      raise ValueError(f"--set {key}={value!r}: {e}") from None
+      raise UserError(f"--set {key}={value!r}: {e}") from None
 
 
 def _config(model: str, length: int, batch: int, size: dict[str, int], dtype: str,
@@ -97,7 +101,8 @@ def measure(model: str, length: int, batch: int, size: dict[str, int], dtype: st
   `sets` overrides config.model fields after `size` (e.g. {"reversible": True})."""
   import jax
   import numpy as np
-  from lra import tasks, trainer
+  from lra.data import tasks
+  from lra.training import trainer
   row: dict[str, Any] = {"model": model, "length": length, "batch": batch, "status": "ok"}
   config = _config(model, length, batch, size, dtype, sets)
   rng = np.random.default_rng(0)
@@ -153,16 +158,15 @@ def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, in
                          imports: tuple[str, ...] = (),
                          sets: tuple[str, ...] = ()) -> dict[str, Any]:
   """One (model, length) per process, so no model's peak memory counts for another."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  command = [sys.executable, "-m", "lra.benchmark", "--one", "--model", model,
+  command = [sys.executable, "-m", "lra.reporting.benchmark", "--one", "--model", model,
              "--length", str(length), "--batch", str(batch), "--dtype", dtype,
              "--repeats", str(repeats), "--size", json.dumps(size)]
   command += [f"--import={module}" for module in imports]
   command += [f"--set={item}" for item in sets]
-  env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+  env = {**os.environ, "PYTHONPATH": _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
   try:
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,
-                          cwd=root)
+                          cwd=_ROOT)
   except subprocess.TimeoutExpired:
     return _failure(model, length, batch, f"timed out after {timeout_s:.0f} s")
   lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
@@ -175,9 +179,9 @@ def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, in
 
 def machine_in_fresh_process(dtype: str, timeout_s: float = 600) -> dict[str, Any]:
   """The device description and matmul peak, measured in a child (the parent holds no device)."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  proc = subprocess.run([sys.executable, "-m", "lra.benchmark", "--machine", "--dtype", dtype],
-                        capture_output=True, text=True, timeout=timeout_s, cwd=root)
+  proc = subprocess.run([sys.executable, "-m", "lra.reporting.benchmark", "--machine",
+                         "--dtype", dtype], capture_output=True, text=True, timeout=timeout_s,
+                        cwd=_ROOT)
   lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
   if proc.returncode != 0 or not lines:
     raise RuntimeError(f"could not describe the machine: {proc.stderr.strip()[-500:]}")

@@ -16,10 +16,11 @@ from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import models
-from lra import batches, optim, tasks
-from lra.checkpoint import Checkpoints, MismatchError
+from lra.data import batches, tasks
 from lra.errors import UserError
-from lra.writers import MetricWriter
+from lra.training import optim
+from lra.training.checkpoint import Checkpoints, MismatchError
+from lra.training.writers import MetricWriter
 
 
 class NonFiniteLossError(UserError):
@@ -39,11 +40,9 @@ class TrainState(train_state.TrainState):
 
 
 def build_model(config, task: tasks.Task):
-  try:
-    return models.build(config.model.to_dict(), vocab_size=task.vocab_size,
-                        num_classes=task.num_classes, max_len=task.max_len, pair=task.pair)
-  except (ValueError, TypeError) as e:
-    raise UserError(str(e)) from None
+  """The model for this task; an invalid setting raises models.settings.SettingError."""
+  return models.build(config.model.to_dict(), vocab_size=task.vocab_size,
+                      num_classes=task.num_classes, max_len=task.max_len, pair=task.pair)
 
 
 def _logits(model, pair: bool, params, batch_stats, batch, **kwargs):
@@ -127,12 +126,9 @@ def create_state(model, task: tasks.Task, config, mesh: Mesh):
                              tx=tx, batch_stats=variables.get("batch_stats", {}))
 
   rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 0)
-  try:
-    return jax.jit(init, out_shardings=NamedSharding(mesh, P()))(rng)
-  except (ValueError, TypeError) as e:  # a setting that does not fit this task or size
-    message = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    raise UserError(f"model {config.model.name!r} cannot be built for task {config.task!r}: "
-                    f"{message}") from None
+  # No catch here: settings are checked when the model is built, so an error while tracing
+  # init is a bug and keeps its traceback.
+  return jax.jit(init, out_shardings=NamedSharding(mesh, P()))(rng)
 
 
 def evaluate(eval_step, state, split, batch_size: int, sharding,
@@ -178,49 +174,41 @@ def _write_json(path: str, obj) -> None:
   os.replace(tmp, path)
 
 
-def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
-  """Trains (resuming from `workdir` if it holds checkpoints), then tests the best checkpoint."""
-  workdir = os.path.abspath(workdir)  # Orbax needs absolute paths
-  os.makedirs(workdir, exist_ok=True)
-  task = tasks.load(config)
-  model = build_model(config, task)
-  mesh = make_mesh(devices)
-  _check_sizes(config, task, mesh)
-  train_step, eval_step, sharding = make_steps(model, task.pair, mesh)
-  state = create_state(model, task, config, mesh)
-  ckpts = Checkpoints(workdir, config.keep_checkpoints)
+def _restore(ckpts: Checkpoints, state, workdir: str):
+  """(state, meta) of the latest checkpoint in workdir, or the fresh state and empty meta."""
   meta = {"best_val_accuracy": -1.0, "best_step": None, "train_time_s": 0.0}
   try:
     restored = ckpts.restore_latest(state)
   except MismatchError as e:
-    ckpts.close()
     raise UserError(f"the checkpoints do not fit this config: {e}; run with the config they "
                     f"were made with (see {workdir}/config.json), or use a new --workdir") from None
-  if restored is not None:
-    state, meta = restored
-  _write_json(os.path.join(workdir, "config.json"), config.to_dict())
+  return restored if restored is not None else (state, meta)
+
+
+def _log_train(writer: MetricWriter, bar, sums, done: int, seconds: float, steps: int,
+               schedule) -> None:
+  """Writes the train metrics summed since the last log (one device fetch)."""
+  host = jax.device_get(sums)
+  train = {"train_loss": host["loss_sum"] / host["count"],
+           "train_accuracy": host["correct"] / host["count"],
+           "steps_per_s": steps / max(seconds, 1e-9),
+           "learning_rate": float(schedule(done - 1))}
+  writer.write(done, {k: float(v) for k, v in train.items()})
+  bar.set_postfix(loss=f"{train['train_loss']:.3f}", acc=f"{train['train_accuracy']:.3f}")
+
+
+def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, sharding,
+           state, ckpts: Checkpoints, meta: dict, writer: MetricWriter):
+  """Steps from the state's step to config.num_train_steps: logs, validates, checkpoints."""
   start, total = int(state.step), config.num_train_steps
-  if start and jax.process_index() == 0:
-    print(f"Resuming from the checkpoint at step {start} in {workdir}", flush=True)
   dropout_rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)
   schedule = optim.learning_rate_schedule(config)  # for logging; built once
-  writer = MetricWriter(workdir)
-  evaluate_split = functools.partial(evaluate, eval_step, batch_size=config.eval_batch_size,
-                                     sharding=sharding, padding=task.padding)
   bar = tqdm.tqdm(total=total, initial=start, desc=f"{config.task}/{config.model.name}",
                   disable=not config.progress or jax.process_index() != 0,
                   mininterval=1.0, dynamic_ncols=True)
-  sums, last_time, last_step, run_start = None, time.time(), start, time.time() - meta["train_time_s"]
-
-  def check_finite(step):
-    if sums is not None and float(sums["finite"]) < float(sums["steps"]):
-      good = ckpts.latest.latest_step()
-      raise NonFiniteLossError(
-          f"the training loss or parameters became NaN or infinite by step {step}; the last good "
-          f"checkpoint (step {good}) is kept in {workdir}/checkpoints. Lower "
-          f"config.learning_rate or set config.grad_clip_norm, then run again")
-
-  try:
+  sums, last_time, last_step = None, time.time(), start
+  run_start = time.time() - meta["train_time_s"]
+  with bar:
     for step in range(start, total):
       batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
       batch = add_masks(batch, task.padding)
@@ -230,15 +218,9 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
       bar.update(1)
       is_eval = done % config.eval_every == 0 or done == total
       if done % config.log_every == 0 or is_eval or done % config.checkpoint_every == 0:
-        check_finite(done)
-        host = jax.device_get(sums)
+        _check_finite(sums, done, ckpts, workdir)
         now = time.time()
-        train = {"train_loss": host["loss_sum"] / host["count"],
-                 "train_accuracy": host["correct"] / host["count"],
-                 "steps_per_s": (done - last_step) / max(now - last_time, 1e-9),
-                 "learning_rate": float(schedule(done - 1))}
-        writer.write(done, {k: float(v) for k, v in train.items()})
-        bar.set_postfix(loss=f"{train['train_loss']:.3f}", acc=f"{train['train_accuracy']:.3f}")
+        _log_train(writer, bar, sums, done, now - last_time, done - last_step, schedule)
         sums, last_time, last_step = None, now, done
       if is_eval:
         val = evaluate_split(state, task.splits["val"])
@@ -251,25 +233,65 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
       if is_eval or done % config.checkpoint_every == 0:
         meta["train_time_s"] = time.time() - run_start
         ckpts.save_latest(done, state, meta)
-    bar.close()
-    best_state, best_meta = ckpts.restore_best(state)
-    test = evaluate_split(best_state, task.splits["test"])
-    last_test = evaluate_split(state, task.splits["test"])
-    labels = np.asarray(task.splits["test"]["labels"])
-    results = {
-        "task": config.task, "model": config.model.name,
-        "test_accuracy": test["accuracy"], "test_loss": test["loss"],
-        "test_count": test["count"], "best_step": best_meta["best_step"],
-        "best_val_accuracy": best_meta["best_val_accuracy"],
-        "last_step_test_accuracy": last_test["accuracy"],
-        "test_majority_rate": float(np.bincount(labels).max() / len(labels)),
-        "num_train_steps": total, "train_time_s": meta["train_time_s"],
-        "hardware": describe_hardware(), "config": config.to_dict(),
-    }
-    writer.write(total, {"test_accuracy": test["accuracy"], "test_loss": test["loss"]})
+  return state
+
+
+def _check_finite(sums, step: int, ckpts: Checkpoints, workdir: str) -> None:
+  if sums is not None and float(sums["finite"]) < float(sums["steps"]):
+    good = ckpts.latest.latest_step()
+    raise NonFiniteLossError(
+        f"the training loss or parameters became NaN or infinite by step {step}; the last good "
+        f"checkpoint (step {good}) is kept in {workdir}/checkpoints. Lower "
+        f"config.learning_rate or set config.grad_clip_norm, then run again")
+
+
+def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
+          meta: dict) -> dict[str, Any]:
+  """Tests the best checkpoint on validation (and the last state, for reference)."""
+  best_state, best_meta = ckpts.restore_best(state)
+  test = evaluate_split(best_state, task.splits["test"])
+  last_test = evaluate_split(state, task.splits["test"])
+  labels = np.asarray(task.splits["test"]["labels"])
+  return {
+      "task": config.task, "model": config.model.name,
+      "test_accuracy": test["accuracy"], "test_loss": test["loss"],
+      "test_count": test["count"], "best_step": best_meta["best_step"],
+      "best_val_accuracy": best_meta["best_val_accuracy"],
+      "last_step_test_accuracy": last_test["accuracy"],
+      "test_majority_rate": float(np.bincount(labels).max() / len(labels)),
+      "num_train_steps": config.num_train_steps, "train_time_s": meta["train_time_s"],
+      "hardware": describe_hardware(), "config": config.to_dict(),
+  }
+
+
+def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
+  """Trains (resuming from `workdir` if it holds checkpoints), then tests the best checkpoint."""
+  workdir = os.path.abspath(workdir)  # Orbax needs absolute paths
+  os.makedirs(workdir, exist_ok=True)
+  task = tasks.load(config)
+  model = build_model(config, task)
+  mesh = make_mesh(devices)
+  _check_sizes(config, task, mesh)
+  train_step, eval_step, sharding = make_steps(model, task.pair, mesh)
+  state = create_state(model, task, config, mesh)
+  ckpts = Checkpoints(workdir, config.keep_checkpoints)
+  writer = None
+  try:
+    state, meta = _restore(ckpts, state, workdir)
+    _write_json(os.path.join(workdir, "config.json"), config.to_dict())
+    if int(state.step) and jax.process_index() == 0:
+      print(f"Resuming from the checkpoint at step {int(state.step)} in {workdir}", flush=True)
+    writer = MetricWriter(workdir)
+    evaluate_split = functools.partial(evaluate, eval_step, batch_size=config.eval_batch_size,
+                                       sharding=sharding, padding=task.padding)
+    state = _train(config, workdir, task, train_step, evaluate_split, sharding, state, ckpts,
+                   meta, writer)
+    results = _test(config, task, evaluate_split, state, ckpts, meta)
+    writer.write(config.num_train_steps, {"test_accuracy": results["test_accuracy"],
+                                          "test_loss": results["test_loss"]})
     _write_json(os.path.join(workdir, "results.json"), results)
     return results
   finally:
-    bar.close()
-    writer.close()
+    if writer is not None:
+      writer.close()
     ckpts.close()

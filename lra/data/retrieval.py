@@ -1,4 +1,5 @@
-"""Retrieval (ACL Anthology Network pairs): reads the release's new_aan_pairs.*.tsv files.
+"""Retrieval (ACL Anthology Network pairs): reads the release's new_aan_pairs.*.tsv files into
+prepared splits, and the task loader.
 
 Each line: label (float) \t id1 \t id2 \t text1 \t text2; no header, no quoting. Each text is
 cut to 10,000 bytes, then to `max_len` byte tokens (id = byte + 1), as the original did.
@@ -11,8 +12,9 @@ from typing import Iterator
 import numpy as np
 import tqdm
 
-from lra import store
-from lra.text import encode_bytes
+from lra.data import store, text
+from lra.data.tasks import SPLITS, Task, require_prepared
+from lra.errors import UserError
 
 SPLIT_FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv",
                "test": "new_aan_pairs.test.tsv"}
@@ -20,22 +22,22 @@ MAX_BYTES = 10_000
 
 
 def iter_pairs(path: str) -> Iterator[tuple[int, bytes, bytes]]:
-  """(label, text1, text2) per line; a malformed line raises ValueError naming file and line."""
+  """(label, text1, text2) per line; a malformed line raises UserError naming file and line."""
   if not os.path.exists(path):
-    raise FileNotFoundError(f"AAN file not found: {path}")
+    raise UserError(f"AAN file not found: {path}")
   with open(path, "rb") as f:
     for number, line in enumerate(f, 1):
       columns = line.rstrip(b"\r\n").split(b"\t")
       if len(columns) != 5:
-        raise ValueError(f"{path}, line {number}: expected 5 tab-separated columns "
-                         f"(label id1 id2 text1 text2), got {len(columns)}")
+        raise UserError(f"{path}, line {number}: expected 5 tab-separated columns "
+                        f"(label id1 id2 text1 text2), got {len(columns)}")
       try:
         label = float(columns[0])
       except ValueError:
         label = -1.0
       if label not in (0.0, 1.0):
-        raise ValueError(f"{path}, line {number}: label must be 0 or 1, got "
-                         f"{columns[0][:20]!r}")
+        raise UserError(f"{path}, line {number}: label must be 0 or 1, got "
+                        f"{columns[0][:20]!r}")
       yield int(label), columns[3][:MAX_BYTES], columns[4][:MAX_BYTES]
 
 
@@ -46,8 +48,8 @@ def prepare(release_dir: str, data_dir: str, max_len: int = 4000,
   for split, name in SPLIT_FILES.items():
     source = os.path.join(release_dir, name)
     if not os.path.exists(source):
-      raise FileNotFoundError(f"AAN file not found: {source} (expected the release's "
-                              f"tsv_data folder with {', '.join(SPLIT_FILES.values())})")
+      raise UserError(f"AAN file not found: {source} (expected the release's "
+                      f"tsv_data folder with {', '.join(SPLIT_FILES.values())})")
     with open(source, "rb") as f:
       num = sum(1 for _ in f)
     writer = store.SplitWriter(data_dir, split, num, {
@@ -55,9 +57,20 @@ def prepare(release_dir: str, data_dir: str, max_len: int = 4000,
         "labels": ((), np.int32)})
     rows = tqdm.tqdm(iter_pairs(source), total=num, desc=f"retrieval {split}",
                      disable=not progress, unit="pair")
-    for row, (label, text1, text2) in enumerate(rows):
-      writer[row] = {"inputs": encode_bytes(text1, max_len),
-                     "inputs2": encode_bytes(text2, max_len), "labels": label}
+    for row, (label, first, second) in enumerate(rows):
+      writer[row] = {"inputs": text.encode_bytes(first, max_len),
+                     "inputs2": text.encode_bytes(second, max_len), "labels": label}
     writer.close()
     counts[split] = num
   return counts
+
+
+def load(config) -> Task:
+  """The prepared Retrieval task: pairs of byte sequences (a dual-encoder task)."""
+  data = config.data
+  require_prepared(data.data_dir, SPLITS, "Retrieval",
+                   f"python -m lra.data retrieval --data_dir={data.data_dir} "
+                   f"--release_dir=PATH/lra_release/tsv_data")
+  splits = {s: store.load_split(data.data_dir, s, ["inputs", "inputs2"], data.max_len)
+            for s in SPLITS}
+  return Task("retrieval", text.NUM_CLASSES, text.VOCAB_SIZE, data.max_len, True, splits)

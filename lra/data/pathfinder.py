@@ -1,4 +1,5 @@
-"""Pathfinder / Path-X: reads the release layout (PNG + text metadata) into prepared splits.
+"""Pathfinder / Path-X: reads the release layout (PNG + text metadata) into prepared splits,
+and the task loader (generating the images on first use, lra.data.pathfinder_gen).
 
 Layout: <level>/imgs/<n>/sample_<i>.png and <level>/metadata/<n>.npy, which are plain text:
 one line per image, `imgs/<n> sample_<i>.png 0 <label> ...` (field 0 folder, 1 file, 3 label).
@@ -11,8 +12,12 @@ import numpy as np
 import tqdm
 from PIL import Image
 
-from lra import store
+from lra.data import store
+from lra.data.tasks import SPLITS, Task
+from lra.errors import UserError
 
+# Level name -> the release's folder; the generator's levels and the data command's choices
+# come from here.
 LEVEL_FOLDERS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9",
                  "hard": "curv_contour_length_14"}
 # The one known empty image of the original release.
@@ -29,7 +34,7 @@ def find_level_dir(root: str, size: int, level: str) -> str:
     if os.path.isdir(os.path.join(candidate, "metadata")) and \
         os.path.basename(os.path.normpath(candidate)) == folder:
       return candidate
-  raise FileNotFoundError(f"no {folder}/metadata folder for pathfinder{size} under {root}")
+  raise UserError(f"no {folder}/metadata folder for pathfinder{size} under {root}")
 
 
 def read_metadata(level_dir: str) -> list[tuple[str, int]]:
@@ -47,13 +52,13 @@ def read_metadata(level_dir: str) -> list[tuple[str, int]]:
         if not fields:
           continue
         if len(fields) < 4 or fields[3] not in ("0", "1"):
-          raise ValueError(f"{meta_path}, line {number}: expected `imgs/<n> sample_<i>.png "
-                           f"0 <label 0 or 1> ...`, got {line.strip()[:80]!r}")
+          raise UserError(f"{meta_path}, line {number}: expected `imgs/<n> sample_<i>.png "
+                          f"0 <label 0 or 1> ...`, got {line.strip()[:80]!r}")
         if (level, fields[0], fields[1]) in KNOWN_EMPTY:
           continue
         items.append((os.path.join(level_dir, fields[0], fields[1]), int(fields[3])))
   if not items:
-    raise ValueError(f"{meta_dir} lists no images")
+    raise UserError(f"{meta_dir} lists no images")
   return items
 
 
@@ -63,9 +68,9 @@ def decode_png(path: str, size: int) -> np.ndarray:
     with Image.open(path) as image:
       pixels = np.asarray(image.convert("L"), np.uint8)
   except (OSError, ValueError) as e:
-    raise ValueError(f"{path}: not a readable PNG image ({e})") from None
+    raise UserError(f"{path}: not a readable PNG image ({e})") from None
   if pixels.shape != (size, size):
-    raise ValueError(f"{path}: expected a {size}x{size} image, got {pixels.shape}")
+    raise UserError(f"{path}: expected a {size}x{size} image, got {pixels.shape}")
   return pixels.reshape(-1)
 
 
@@ -98,8 +103,39 @@ def generate_and_prepare(data_dir: str, *, size: int, level: str, num_images: in
                          seed: int = 0, workers: int | None = None,
                          progress: bool = True) -> dict[str, int]:
   """Generates the release layout into data_dir/<level folder>, then prepares the splits."""
-  from lra import pathfinder_gen  # the generator is only needed when generating
+  from lra.data import pathfinder_gen  # the generator is only needed when generating
   level_dir = pathfinder_gen.generate_release(data_dir, size=size, level=level,
                                               num_images=num_images, seed=seed,
                                               workers=workers, progress=progress)
   return prepare(level_dir, prepared_dir(data_dir, level), size, progress)
+
+
+def generate_command(data) -> str:
+  return (f"python -m lra.data pathfinder --data_dir={data.data_dir} --size={data.size} "
+          f"--level={data.level} --num_images={data.num_images} --seed={data.seed}")
+
+
+def load(config) -> Task:
+  """Pathfinder or Path-X (config.task) from prepared splits, generated first if allowed."""
+  data = config.data
+  if data.level not in LEVEL_FOLDERS:
+    raise UserError(f"config.data.level={data.level!r} is not one of "
+                    f"{', '.join(LEVEL_FOLDERS)}")
+  prepared = prepared_dir(data.data_dir, data.level)
+  if not store.exists(prepared, SPLITS):
+    if not data.generate_if_missing:
+      raise UserError(f"Pathfinder data not found in {prepared}; make it with: "
+                      f"{generate_command(data)}  (or add --release_dir=PATH/lra_release "
+                      f"to read the original release)")
+    from lra.data import pathfinder_gen
+    if data.size not in pathfinder_gen.SIZES:
+      raise UserError(f"config.data.size={data.size!r}: the generator makes sizes "
+                      f"{', '.join(map(str, pathfinder_gen.SIZES))}")
+    print(f"Pathfinder data not found in {prepared}; generating it "
+          f"(same as: {generate_command(data)})", flush=True)
+    generate_and_prepare(data.data_dir, size=data.size, level=data.level,
+                         num_images=data.num_images, seed=data.seed,
+                         workers=data.workers or None)
+  length = data.size * data.size
+  splits = {s: store.load_split(prepared, s, ["inputs"], length) for s in SPLITS}
+  return Task(config.task, 2, 256, length, False, splits, padding=data.black_is_padding)

@@ -1,4 +1,5 @@
-"""CIFAR-10 for the LRA Image task: grayscale pixels as a sequence of 1,024 tokens.
+"""CIFAR-10 for the LRA Image task: grayscale pixels as a sequence of 1,024 tokens; readers
+and the task loader.
 
 Each 32x32 RGB image becomes grayscale exactly as the original pipeline computed it with
 ``tf.image.rgb_to_grayscale`` on uint8 images, then is flattened row-major. Pixel values 0..255
@@ -17,7 +18,10 @@ import tarfile
 
 import numpy as np
 
-from lra.text import open_tfds_source
+from lra.data import store
+from lra.data.tasks import SPLITS, Task, require_prepared
+from lra.data.text import open_tfds_source
+from lra.errors import UserError
 
 NUM_CLASSES = 10
 SIDE = 32
@@ -65,15 +69,15 @@ def load_tfds_cifar10(split: str, data_dir: str | None) -> tuple[np.ndarray, np.
   source = open_tfds_source(
       "cifar10", split, data_dir,
       "pass cifar-10-batches-bin (or cifar-10-binary.tar.gz) to "
-      "lra.image.load_raw_cifar10 instead.")
+      "lra.data.image.load_raw_cifar10 instead.")
   pixels = np.empty((len(source), SEQ_LEN), np.uint8)
   labels = np.empty(len(source), np.int32)
   for i in range(len(source)):
     example = source[i]
     image = np.asarray(example["image"])
     if image.shape != (SIDE, SIDE, 3):
-      raise ValueError(f"cifar10 {split!r} example {i}: image shape {image.shape}, "
-                       f"expected {(SIDE, SIDE, 3)}")
+      raise UserError(f"cifar10 {split!r} example {i}: image shape {image.shape}, "
+                      f"expected {(SIDE, SIDE, 3)}")
     pixels[i] = rgb_to_gray(image).reshape(-1)
     labels[i] = int(example["label"])
   return pixels, labels
@@ -81,15 +85,15 @@ def load_tfds_cifar10(split: str, data_dir: str | None) -> tuple[np.ndarray, np.
 
 def _decode_batch(data: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
   if len(data) % RECORD_BYTES:
-    raise ValueError(f"{name}: {len(data)} bytes is not a multiple of {RECORD_BYTES}; "
-                     f"record {len(data) // RECORD_BYTES} is truncated "
-                     f"({len(data) % RECORD_BYTES} of {RECORD_BYTES} bytes)")
+    raise UserError(f"{name}: {len(data)} bytes is not a multiple of {RECORD_BYTES}; "
+                    f"record {len(data) // RECORD_BYTES} is truncated "
+                    f"({len(data) % RECORD_BYTES} of {RECORD_BYTES} bytes)")
   records = np.frombuffer(data, np.uint8).reshape(-1, RECORD_BYTES)
   labels = records[:, 0]
   bad = np.flatnonzero(labels >= NUM_CLASSES)
   if bad.size:
-    raise ValueError(f"{name}: record {bad[0]} has label {labels[bad[0]]}, "
-                     f"expected 0..{NUM_CLASSES - 1}")
+    raise UserError(f"{name}: record {bad[0]} has label {labels[bad[0]]}, "
+                    f"expected 0..{NUM_CLASSES - 1}")
   # Planes R, G, B of SEQ_LEN row-major pixels each -> [N, SEQ_LEN, 3].
   rgb = records[:, 1:].reshape(-1, 3, SEQ_LEN).transpose(0, 2, 1)
   return rgb_to_gray(rgb), labels.astype(np.int32)
@@ -102,13 +106,13 @@ def _read_raw_files(path: str, names: tuple[str, ...]) -> list[tuple[str, bytes]
     for name in names:
       file = os.path.join(path, name)
       if not os.path.isfile(file):
-        raise FileNotFoundError(f"CIFAR-10 batch file not found: {file}")
+        raise UserError(f"CIFAR-10 batch file not found: {file}")
       with open(file, "rb") as f:
         out.append((file, f.read()))
     return out
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"CIFAR-10 binary data not found: {path} (expected the folder "
-                            "cifar-10-batches-bin or the tarball cifar-10-binary.tar.gz)")
+    raise UserError(f"CIFAR-10 binary data not found: {path} (expected the folder "
+                    "cifar-10-batches-bin or the tarball cifar-10-binary.tar.gz)")
   found: dict[str, tuple[str, bytes]] = {}
   try:
     # One streaming pass: seeking back in a gzip stream would decompress it again.
@@ -120,10 +124,10 @@ def _read_raw_files(path: str, names: tuple[str, ...]) -> list[tuple[str, bytes]
           assert handle is not None  # regular files always have contents
           found[base] = (f"{path}:{member.name}", handle.read())
   except tarfile.TarError as e:
-    raise ValueError(f"{path} is not a readable tar archive: {e}") from e
+    raise UserError(f"{path} is not a readable tar archive: {e}") from e
   missing = [name for name in names if name not in found]
   if missing:
-    raise FileNotFoundError(f"{path} has no member named {', '.join(missing)}")
+    raise UserError(f"{path} has no member named {', '.join(missing)}")
   return [found[name] for name in names]
 
 
@@ -138,3 +142,13 @@ def load_raw_cifar10(path: str, split: str) -> tuple[np.ndarray, np.ndarray]:
   decoded = [_decode_batch(data, name) for name, data in _read_raw_files(path, RAW_FILES[split])]
   return (np.concatenate([pixels for pixels, _ in decoded]),
           np.concatenate([labels for _, labels in decoded]))
+
+
+def load(config) -> Task:
+  """The prepared Image task; black pixels are real tokens unless config.data.black_is_padding."""
+  data = config.data
+  require_prepared(data.data_dir, SPLITS, "Image",
+                   f"python -m lra.data image --data_dir={data.data_dir} "
+                   f"--cifar=PATH/cifar-10-binary.tar.gz  (or --tfds_dir=DIR)")
+  splits = {s: store.load_split(data.data_dir, s, ["inputs"], SEQ_LEN) for s in SPLITS}
+  return Task("image", NUM_CLASSES, 256, SEQ_LEN, False, splits, padding=data.black_is_padding)

@@ -4,66 +4,11 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from models import registry
-
-# Added to the logits of masked keys. Finite, so a row whose keys are all masked gives a
-# uniform (harmless) distribution instead of NaN.
-MASK_VALUE = -1e9
-
-
-def head_projection(num_heads: int, qkv_dim: int, dtype: str, name: str) -> nn.Module:
-  """Dense BxLxD -> BxLxHxK (no bias), built in the calling module's scope as `name`."""
-  if qkv_dim % num_heads:
-    raise ValueError(f"qkv_dim {qkv_dim} is not divisible by num_heads {num_heads}")
-  return nn.DenseGeneral((num_heads, qkv_dim // num_heads), use_bias=False, dtype=dtype,
-                         kernel_init=nn.initializers.xavier_uniform(), name=name)
-
-
-class QKVProjection(nn.Module):
-  """Projects BxLxD inputs to per-head queries, keys and values BxLxHxK (no bias)."""
-  num_heads: int
-  qkv_dim: int
-  dtype: str = "float32"
-
-  @nn.compact
-  def __call__(self, x_BxLxD):
-    dense = lambda name: head_projection(self.num_heads, self.qkv_dim, self.dtype, name)
-    return dense("query")(x_BxLxD), dense("key")(x_BxLxD), dense("value")(x_BxLxD)
-
-
-class OutputProjection(nn.Module):
-  """Merges heads BxLxHxK back to BxLxD."""
-  out_dim: int
-  dtype: str = "float32"
-
-  @nn.compact
-  def __call__(self, y_BxLxHxK):
-    return nn.DenseGeneral(self.out_dim, axis=(-2, -1), dtype=self.dtype,
-                           kernel_init=nn.initializers.xavier_uniform(),
-                           name="out")(y_BxLxHxK)
-
-
-def dropout_weights(rng, weights, rate: float):
-  """Inverted dropout on attention weights (shared by every softmax mixer)."""
-  keep = jax.random.bernoulli(rng, 1.0 - rate, weights.shape)
-  return jnp.where(keep, weights / (1.0 - rate), 0.0)
-
-
-def softmax_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
-                      dropout_rng=None, dropout_rate: float = 0.0):
-  """Scaled dot-product attention; logits and softmax in float32, padded keys get 0."""
-  scale = q_BxLxHxK.shape[-1] ** -0.5
-  logits_BxHxLxM = jnp.einsum("blhk,bmhk->bhlm", q_BxLxHxK * scale, k_BxMxHxK,
-                              preferred_element_type=jnp.float32)
-  logits_BxHxLxM = jnp.where(key_mask_BxM[:, None, None, :], logits_BxHxLxM, MASK_VALUE)
-  weights_BxHxLxM = jax.nn.softmax(logits_BxHxLxM, axis=-1)
-  if dropout_rng is not None and dropout_rate > 0.0:
-    weights_BxHxLxM = dropout_weights(dropout_rng, weights_BxHxLxM, dropout_rate)
-  weights_BxHxLxM = weights_BxHxLxM.astype(v_BxMxHxK.dtype)
-  return jnp.einsum("bhlm,bmhk->blhk", weights_BxHxLxM, v_BxMxHxK)
-
+from models import settings as s
+from models.chunked_attention import chunked_attention
+from models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
+from models.registry import register
 
 IMPLEMENTATIONS = ("dense", "chunked", "cudnn", "auto")
 
@@ -86,8 +31,9 @@ def resolve_implementation(implementation: str, *, backend: str, dtype: str,
   if implementation == "auto":
     return "chunked" if problems else "cudnn"
   if implementation == "cudnn" and problems:
-    raise ValueError("transformer implementation 'cudnn' needs " + "; ".join(problems) +
-                     ". Use implementation 'chunked' (exact, O(N) memory) or 'auto'.")
+    s.fail(s.attention_key("implementation"), implementation,
+           "'cudnn' needs " + "; ".join(problems) +
+           ". Use implementation 'chunked' (exact, O(N) memory) or 'auto'")
   return implementation
 
 
@@ -110,8 +56,8 @@ def cudnn_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *, fallback,
   return jax.lax.cond(trailing & jnp.all(lengths_B > 0), fused, fallback)
 
 
-@registry.register("transformer")
-class FullAttention(nn.Module):
+@register("transformer")
+class FullAttention(HeadsMixer):
   """Vaswani et al. 2017: every token attends to every non-padded token.
 
   `implementation` picks how the same attention is computed; the parameters are the same in
@@ -124,10 +70,6 @@ class FullAttention(nn.Module):
       float16 compute, no attention dropout; padding other than trailing runs "chunked".
     "auto": "cudnn" where it applies, else "chunked".
   """
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0  # attention-weight dropout
-  dtype: str = "float32"
   implementation: str = "dense"  # "dense", "chunked", "cudnn" or "auto" (see above)
   # Chunk sizes of "chunked": any length works (it is split into equal chunks of at most this
   # size). 256 x 256 was the fastest tried on a 2-core CPU (train step at 1K and 4K tokens,
@@ -135,26 +77,27 @@ class FullAttention(nn.Module):
   query_chunk: int = 256
   key_chunk: int = 256
 
-  def __post_init__(self):
-    # Checked at construction, so models.build rejects a bad config before compiling.
-    if self.implementation not in IMPLEMENTATIONS:
-      raise ValueError(f"unknown transformer implementation {self.implementation!r}; valid: "
-                       f"{', '.join(IMPLEMENTATIONS)}")
-    for name in ("query_chunk", "key_chunk"):
-      value = getattr(self, name)
-      if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"transformer {name} must be an integer >= 1, got {value!r}")
-    super().__post_init__()
+  SETTINGS = {"implementation": s.Choice(IMPLEMENTATIONS), "query_chunk": s.Int(1),
+              "key_chunk": s.Int(1)}
+
+  def check_settings(self) -> None:
+    super().check_settings()
+    # cuDNN's conditions are all known now (backend, dtype, dropout, head size).
+    resolve_implementation(self.implementation, backend=jax.default_backend(),
+                           dtype=self.dtype, dropout_rate=self.dropout_rate,
+                           head_dim=self.head_dim)
+
+  @property
+  def SUBQUADRATIC(self) -> bool:  # noqa: N802  (the flag every mixer has)
+    return self.implementation == "chunked"
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype)(x_BxLxD)
     implementation = resolve_implementation(
         self.implementation, backend=jax.default_backend(), dtype=self.dtype,
-        dropout_rate=self.dropout_rate, head_dim=self.qkv_dim // self.num_heads)
-    rng = None if deterministic or self.dropout_rate == 0.0 else self.make_rng("dropout")
-    # Imported here: models.chunked_attention itself imports this module's MASK_VALUE.
-    from models.chunked_attention import chunked_attention
+        dropout_rate=self.dropout_rate, head_dim=self.head_dim)
+    rng = self.attention_rng(deterministic)
     if implementation == "dense":
       y_BxLxHxK = softmax_attention(q, k, v, mask_BxL, dropout_rng=rng,
                                     dropout_rate=self.dropout_rate)

@@ -9,7 +9,8 @@ import math
 import os
 from typing import Any
 
-from lra import report
+from lra.reporting.paper import MODEL_TITLES, PAPER_MODELS, model_order
+from lra.reporting.speed import speed_tables
 
 _MARKERS = "osD^vP*Xhp<>"
 
@@ -25,7 +26,7 @@ def _style(models: list[str]) -> dict[str, tuple[Any, str]]:
   """A fixed (colour, marker) per model, so a model looks the same in every chart."""
   import matplotlib
   cmap = matplotlib.colormaps["tab20"]
-  known = list(report.PAPER_MODELS) + sorted(set(models) - set(report.PAPER_MODELS))
+  known = list(PAPER_MODELS) + sorted(set(models) - set(PAPER_MODELS))
   # Even tab20 slots first: the darker, more distinct half of the palette.
   slots = list(range(0, 20, 2)) + list(range(1, 20, 2))
   return {m: (cmap(slots[known.index(m) % 20]), _MARKERS[known.index(m) % len(_MARKERS)])
@@ -68,6 +69,29 @@ def _spread_labels(fig: Any, ax: Any, models: list[str], xs: dict[str, float],
   return shifts
 
 
+def _complete_models(figures: dict[str, dict[str, float]]
+                     ) -> tuple[list[str], list[str], list[str]]:
+  """(every model, those with all figures finite, 'Title (no speed, ...)' for the others)."""
+  everyone = model_order(set().union(*figures.values()))
+  shown, left_out = [], []
+  for m in everyone:
+    missing = [name for name, d in figures.items()
+               if d.get(m) is None or not math.isfinite(d[m])]
+    if missing:
+      left_out.append(f"{MODEL_TITLES.get(m, m)} (no {', '.join(missing)})")
+    else:
+      shown.append(m)
+  return everyone, shown, left_out
+
+
+def _bubble_limits(ax: Any, xs: list[float], ys: list[float]) -> None:
+  """Room for the bubbles and the labels to their right."""
+  xpad = max(max(xs) - min(xs), 0.1 * max(abs(max(xs)), 1e-9)) * 0.25
+  ypad = max(max(ys) - min(ys), 2.0) * 0.2
+  ax.set_xlim(min(xs) - xpad, max(xs) + 2 * xpad)
+  ax.set_ylim(min(ys) - ypad, max(ys) + ypad)
+
+
 def bubble_chart(path: str, accuracy_by_model: dict[str, float],
                  speed_by_model: dict[str, float], memory_by_model: dict[str, float],
                  title: str, xlabel: str = "speed (training steps/s)",
@@ -77,18 +101,8 @@ def bubble_chart(path: str, accuracy_by_model: dict[str, float],
   Models missing any of the three figures are left out and named in a note on the figure.
   """
   plt = _pyplot()
-  everyone = report.model_order(set(accuracy_by_model) | set(speed_by_model)
-                                | set(memory_by_model))
-  shown, left_out = [], []
-  for m in everyone:
-    missing = [name for name, d in (("accuracy", accuracy_by_model),
-                                    ("speed", speed_by_model), ("memory", memory_by_model))
-               if d.get(m) is None or not math.isfinite(d[m])]
-    if missing:
-      left_out.append(f"{report.MODEL_TITLES.get(m, m)} (no {', '.join(missing)})")
-    else:
-      shown.append(m)
-
+  figures = {"accuracy": accuracy_by_model, "speed": speed_by_model, "memory": memory_by_model}
+  everyone, shown, left_out = _complete_models(figures)
   fig, ax = plt.subplots(figsize=(8, 6))
   style = _style(everyone)
   biggest = max((memory_by_model[m] for m in shown), default=0.0)
@@ -98,13 +112,8 @@ def bubble_chart(path: str, accuracy_by_model: dict[str, float],
     return max_area * gb / biggest if biggest > 0 else 100.0
 
   if shown:
-    xs = [speed_by_model[m] for m in shown]
-    ys = [accuracy_by_model[m] for m in shown]
-    # Room for the bubbles and the labels to their right.
-    xpad = max(max(xs) - min(xs), 0.1 * max(abs(max(xs)), 1e-9)) * 0.25
-    ypad = max(max(ys) - min(ys), 2.0) * 0.2
-    ax.set_xlim(min(xs) - xpad, max(xs) + 2 * xpad)
-    ax.set_ylim(min(ys) - ypad, max(ys) + ypad)
+    _bubble_limits(ax, [speed_by_model[m] for m in shown],
+                   [accuracy_by_model[m] for m in shown])
   else:
     ax.text(0.5, 0.5, "no model has accuracy, speed and memory", ha="center",
             va="center", transform=ax.transAxes)
@@ -112,7 +121,7 @@ def bubble_chart(path: str, accuracy_by_model: dict[str, float],
     ax.scatter([speed_by_model[m]], [accuracy_by_model[m]], s=area(memory_by_model[m]),
                color=style[m][0], alpha=0.55, edgecolors="black", linewidths=0.8,
                clip_on=False, zorder=2)
-  labels = {m: f"{report.MODEL_TITLES.get(m, m)}\n{memory_by_model[m]:.2g} GB" for m in shown}
+  labels = {m: f"{MODEL_TITLES.get(m, m)}\n{memory_by_model[m]:.2g} GB" for m in shown}
   shifts = _spread_labels(fig, ax, shown, speed_by_model, accuracy_by_model,
                           {m: math.sqrt(area(memory_by_model[m]) / math.pi) for m in shown},
                           labels)
@@ -134,45 +143,31 @@ def bubble_chart(path: str, accuracy_by_model: dict[str, float],
   _save(fig, path)
 
 
-def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs length"
-                  ) -> None:
-  """Log-log step time and memory against sequence length, one line per model.
+def _model_points(tables: dict, model: str
+                  ) -> tuple[list[tuple[int, float]], list[tuple[int, float]], list[str]]:
+  """(length, step time) and (length, GB) of a model's ok cells, and where it failed."""
+  times, mems, failed = [], [], []
+  for n in tables["lengths"]:
+    s, mem = tables["speed"][model].get(n), tables["memory"][model].get(n)
+    if s is None:
+      continue
+    if s["status"] != "ok":
+      failed.append(f"{s['status']} at {n}")
+      continue
+    t = s["step_time_s"]
+    if t is None and s["steps_per_s"]:
+      t = 1.0 / s["steps_per_s"]
+    if t is not None:
+      times.append((n, t))
+    if mem["gb"] is not None:
+      mems.append((n, mem["gb"]))
+  return times, mems, failed
 
-  OOM and failed points are left out of the lines; the legend says where a model stopped.
-  """
-  plt = _pyplot()
-  tables = report.speed_tables(rows)
-  lengths, models = tables["lengths"], tables["models"]
-  style = _style(models)
-  fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(13, 5.5))
-  for m in models:
-    times, mems = [], []
-    failed = []
-    for n in lengths:
-      s, mem = tables["speed"][m].get(n), tables["memory"][m].get(n)
-      if s is None:
-        continue
-      if s["status"] != "ok":
-        failed.append(f"{s['status']} at {n}")
-        continue
-      t = s["step_time_s"]
-      if t is None and s["steps_per_s"]:
-        t = 1.0 / s["steps_per_s"]
-      if t is not None:
-        times.append((n, t))
-      if mem["gb"] is not None:
-        mems.append((n, mem["gb"]))
-    label = report.MODEL_TITLES.get(m, m) + (f" ({', '.join(failed)})" if failed else "")
-    color, marker = style[m]
-    for ax, points in ((ax_t, times), (ax_m, mems)):
-      if points:
-        ax.plot(*zip(*points), marker=marker, color=color, label=label, linewidth=1.5,
-                markersize=6)
-  measures = tables["memory_measures"]
-  measure = {("peak",): "device peak", ("compiled",): "XLA compiled analysis"}.get(
-      tuple(measures), "peak where reported, else XLA compiled analysis")
+
+def _log_log_axes(axes: tuple[Any, Any], lengths: list[int]) -> None:
+  """Lengths as powers of two; plain numbers (0.5, not 5x10^-1) on the log y axes."""
   from matplotlib.ticker import FuncFormatter
-  plain = FuncFormatter(lambda v, _: f"{v:g}")  # 0.5 rather than 5x10^-1
+  plain = FuncFormatter(lambda v, _: f"{v:g}")
 
   def minor_formatter(ax: Any) -> Any:
     # Label 2x and 5x ticks only while the axis spans few decades, where they are needed.
@@ -183,7 +178,7 @@ def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs
       lead = round(v / 10 ** math.floor(math.log10(v) + 1e-9), 6)
       return f"{v:g}" if lead in (2.0, 5.0) else ""
     return FuncFormatter(label)
-  for ax, ylabel in ((ax_t, "step time (s)"), (ax_m, "memory per device (GB)")):
+  for ax, ylabel in zip(axes, ("step time (s)", "memory per device (GB)")):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(plain)
@@ -195,6 +190,30 @@ def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs
     ax.set_xlabel("sequence length (tokens)")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)
+
+
+def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs length"
+                  ) -> None:
+  """Log-log step time and memory against sequence length, one line per model.
+
+  OOM and failed points are left out of the lines; the legend says where a model stopped.
+  """
+  plt = _pyplot()
+  tables = speed_tables(rows)
+  lengths, models = tables["lengths"], tables["models"]
+  style = _style(models)
+  fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(13, 5.5))
+  for m in models:
+    times, mems, failed = _model_points(tables, m)
+    label = MODEL_TITLES.get(m, m) + (f" ({', '.join(failed)})" if failed else "")
+    color, marker = style[m]
+    for ax, points in ((ax_t, times), (ax_m, mems)):
+      if points:
+        ax.plot(*zip(*points), marker=marker, color=color, label=label, linewidth=1.5,
+                markersize=6)
+  measure = {("peak",): "device peak", ("compiled",): "XLA compiled analysis"}.get(
+      tuple(tables["memory_measures"]), "peak where reported, else XLA compiled analysis")
+  _log_log_axes((ax_t, ax_m), lengths)
   ax_t.set_title("training step time")
   ax_m.set_title(f"memory ({measure})")
   handles, labels = ax_t.get_legend_handles_labels()

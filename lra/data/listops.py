@@ -1,4 +1,5 @@
-"""ListOps: a reimplementation of the LRA ListOps generator and a reader for its TSV files.
+"""ListOps: a reimplementation of the LRA ListOps generator, a reader for its TSV files, and
+the task loader (generating the files on first use).
 
 A tree is either an int value 0..9 or an operator node ``(op, children)`` where ``op`` is one
 of ``OPERATORS`` and ``children`` is a tuple of trees. Strings use the release format: each
@@ -8,6 +9,7 @@ operator node is a left-branching binary nesting, so MAX(2, 9) is ``( ( ( [MAX 2
 from __future__ import annotations
 
 import collections
+import json
 import multiprocessing
 import os
 import random
@@ -16,6 +18,9 @@ from typing import Iterable, Union
 
 import numpy as np
 from tqdm import tqdm
+
+from lra.data.tasks import SPLITS, Task
+from lra.errors import UserError
 
 OPERATORS: tuple[str, ...] = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
@@ -29,7 +34,12 @@ VOCAB_SIZE = len(VOCAB) + 2
 NUM_CLASSES = 10
 _TOKEN_IDS = {tok: i + 1 for i, tok in enumerate(VOCAB)}
 
-SPLITS: tuple[str, ...] = ("train", "val", "test")
+# The generator settings of the LRA release (96K/2K/2K trees, min_length < length <
+# max_length): the data command's defaults and configs/listops.py's.
+RELEASE_SETTINGS: dict[str, int] = dict(num_train=96_000, num_val=2_000, num_test=2_000,
+                                        min_length=500, max_length=2_000, max_depth=10,
+                                        max_args=10)
+
 HEADER = "Source\tTarget"
 
 # Each generation chunk stops after this many accepted trees or this many tries, whichever
@@ -156,28 +166,29 @@ def _chunks_in_order(args: Iterable[tuple], workers: int):
         yield pending.popleft().get()
 
 
-def generate(num_examples: int, *, min_length: int, max_length: int, max_depth: int = 10,
-             max_args: int = 10, seed: int = 0, workers: int | None = None,
-             progress: bool = True) -> list[tuple[str, int]]:
+def generate(num_examples: int, *, min_length: int, max_length: int,
+             max_depth: int = RELEASE_SETTINGS["max_depth"],
+             max_args: int = RELEASE_SETTINGS["max_args"], seed: int = 0,
+             workers: int | None = None, progress: bool = True) -> list[tuple[str, int]]:
   """Returns num_examples unique (string, label) pairs with min_length < length < max_length.
 
   Output depends only on the arguments other than workers and progress: chunk i draws from
   its own seeded generator and chunks are consumed in order.
   """
   if num_examples < 0:
-    raise ValueError(f"num_examples must be >= 0, got {num_examples}")
+    raise UserError(f"num_examples must be >= 0, got {num_examples}")
   if max_depth < 1 or max_args < 2:
-    raise ValueError(f"need max_depth >= 1 and max_args >= 2, got {max_depth}, {max_args}")
+    raise UserError(f"need max_depth >= 1 and max_args >= 2, got {max_depth}, {max_args}")
   if max_length < 2:
-    raise ValueError(f"max_length must be >= 2, got {max_length}")
+    raise UserError(f"max_length must be >= 2, got {max_length}")
   reachable = _reachable_lengths(max_depth, max_args, max_length) >> (max(min_length, 0) + 1)
   if num_examples and not reachable:
-    raise ValueError(f"no tree with max_depth={max_depth}, max_args={max_args} has a length "
-                     f"strictly between {min_length} and {max_length}")
+    raise UserError(f"no tree with max_depth={max_depth}, max_args={max_args} has a length "
+                    f"strictly between {min_length} and {max_length}")
   if workers is None:
     workers = os.cpu_count() or 1
   if workers < 1:
-    raise ValueError(f"workers must be >= 1, got {workers}")
+    raise UserError(f"workers must be >= 1, got {workers}")
 
   def chunk_args():
     chunk = 0
@@ -216,19 +227,22 @@ def write_tsv(path: str | os.PathLike, examples: Iterable[tuple[str, int]]) -> N
     raise
 
 
-def generate_split_files(data_dir: str | os.PathLike, *, num_train: int = 96_000,
-                         num_val: int = 2_000, num_test: int = 2_000, min_length: int = 500,
-                         max_length: int = 2_000, max_depth: int = 10, max_args: int = 10,
-                         seed: int = 0, workers: int | None = None,
-                         progress: bool = True) -> dict[str, str]:
-  """Generates one unique set and writes basic_{train,val,test}.tsv; returns split -> path."""
+def generate_split_files(data_dir: str | os.PathLike, *, num_train: int, num_val: int,
+                         num_test: int, min_length: int, max_length: int,
+                         max_depth: int = RELEASE_SETTINGS["max_depth"],
+                         max_args: int = RELEASE_SETTINGS["max_args"], seed: int = 0,
+                         workers: int | None = None, progress: bool = True) -> dict[str, str]:
+  """Generates one unique set and writes basic_{train,val,test}.tsv; returns split -> path.
+
+  The LRA release is generate_split_files(data_dir, **RELEASE_SETTINGS)."""
   counts = {"train": num_train, "val": num_val, "test": num_test}
   total = sum(counts.values())
   examples = generate(total, min_length=min_length, max_length=max_length,
                       max_depth=max_depth, max_args=max_args, seed=seed, workers=workers,
                       progress=progress)
   if len(examples) < total:
-    raise RuntimeError(f"generated only {len(examples)} of {total} unique examples")
+    raise UserError(f"generated only {len(examples)} of {total} unique examples; ask for fewer "
+                    f"or allow longer or deeper trees")
   os.makedirs(data_dir, exist_ok=True)
   paths: dict[str, str] = {}
   start = 0
@@ -246,15 +260,17 @@ def tokenize(source: str) -> list[int]:
 
 
 def read_split(path: str | os.PathLike, max_length: int) -> tuple[np.ndarray, np.ndarray]:
-  """Reads a release TSV into int32 inputs [N, max_length] (0-padded/truncated), labels [N]."""
+  """Reads a release TSV into int32 inputs [N, max_length] (0-padded/truncated), labels [N].
+
+  A missing or malformed file raises UserError naming the file and line."""
   path = os.fspath(path)
   if max_length < 1:
-    raise ValueError(f"max_length must be >= 1, got {max_length}")
+    raise UserError(f"max_length must be >= 1, got {max_length}")
   if not os.path.isfile(path):
-    raise FileNotFoundError(f"ListOps split file not found: {path}")
+    raise UserError(f"ListOps split file not found: {path}")
 
-  def bad(line_no: int, what: str) -> ValueError:
-    return ValueError(f"{path}, line {line_no}: {what}")
+  def bad(line_no: int, what: str) -> UserError:
+    return UserError(f"{path}, line {line_no}: {what}")
 
   inputs: list[np.ndarray] = []
   labels: list[int] = []
@@ -282,3 +298,41 @@ def read_split(path: str | os.PathLike, max_length: int) -> tuple[np.ndarray, np
   if not inputs:
     return np.zeros((0, max_length), np.int32), np.zeros((0,), np.int32)
   return np.stack(inputs), np.asarray(labels, dtype=np.int32)
+
+
+# ----------------------------------------------------------------------------- the task
+
+
+def _generator_settings(data) -> dict:
+  return {**{k: data[k] for k in RELEASE_SETTINGS}, "seed": data.seed}
+
+
+def generate_command(data) -> str:
+  return ("python -m lra.data listops --data_dir=" + data.data_dir + "".join(
+      f" --{k}={v}" for k, v in _generator_settings(data).items()))
+
+
+def load(config) -> Task:
+  """The ListOps task from config.data.data_dir, generated there first if missing and allowed."""
+  data = config.data
+  files = {s: os.path.join(data.data_dir, f"basic_{s}.tsv") for s in SPLITS}
+  missing = [p for p in files.values() if not os.path.exists(p)]
+  if missing:
+    if not data.generate_if_missing:
+      raise UserError(f"ListOps data not found ({missing[0]}); make it with: "
+                      f"{generate_command(data)}")
+    print(f"ListOps data not found in {data.data_dir}; generating it "
+          f"(same as: {generate_command(data)})", flush=True)
+    generate_split_files(data.data_dir, **_generator_settings(data),
+                         workers=data.workers or None)
+    with open(os.path.join(data.data_dir, "generator.json"), "w") as f:
+      json.dump(_generator_settings(data), f, indent=1)
+  splits = {}
+  for split, path in files.items():
+    try:
+      inputs, labels = read_split(path, data.max_len)
+    except UserError as e:  # ours, from the reader: add how to get good data back
+      raise UserError(f"{e}; fix or delete the file (ListOps data can be regenerated with: "
+                      f"{generate_command(data)})") from None
+    splits[split] = {"inputs": inputs.astype(np.uint8), "labels": labels}
+  return Task("listops", NUM_CLASSES, VOCAB_SIZE, data.max_len, False, splits)

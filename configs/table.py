@@ -1,0 +1,92 @@
+"""The one lookup table of per-task and per-model settings, and the step that applies it.
+
+Every task config calls `apply` (through base.finish) last, so the choices below are the
+only place where a model's size, pooling, positions or a mixer setting depends on the task or
+on the model. Trainer settings (steps, batch, learning rate) stay in the task's own config;
+a mixer's defaults stay in its module; the state-space papers' own tables are in
+configs/published/ (applied here, after this table).
+"""
+from __future__ import annotations
+
+from configs import published
+
+_SIZE_KEYS = ("num_layers", "emb_dim", "qkv_dim", "mlp_dim", "num_heads")
+
+
+def _sizes(num_layers, emb_dim, qkv_dim, mlp_dim, num_heads) -> dict[str, int]:
+  """Encoder blocks; token embedding width; total width of queries, keys and values (all
+  heads); hidden width of the block MLP and of the classifier head; attention heads."""
+  return dict(zip(_SIZE_KEYS, (num_layers, emb_dim, qkv_dim, mlp_dim, num_heads)))
+
+
+# Encoder sizes: the original repository's base config per task ("base"), what the paper's
+# appendix changes ("paper", on top of base) and the small CPU model ("cpu", the `cpu` option).
+# A (task, model) entry replaces the task's base sizes for that model.
+SIZES = {
+    "listops": dict(base=_sizes(4, 512, 512, 1024, 8), paper=dict(num_layers=6, mlp_dim=2048),
+                    cpu=_sizes(2, 64, 64, 128, 4)),
+    "text": dict(base=_sizes(4, 256, 256, 1024, 4), paper=_sizes(6, 512, 512, 2048, 8),
+                 cpu=_sizes(2, 64, 64, 128, 4)),
+    # The appendix lists no other values for Retrieval.
+    "retrieval": dict(base=_sizes(4, 128, 128, 512, 4), paper={},
+                      cpu=_sizes(2, 64, 64, 128, 4)),
+    "image": dict(base=_sizes(1, 32, 32, 64, 1),
+                  paper=dict(num_layers=3, num_heads=4, mlp_dim=128, qkv_dim=64),
+                  cpu=_sizes(1, 32, 32, 64, 2)),
+    ("image", "transformer"): dict(base=_sizes(1, 128, 64, 128, 8)),
+    "pathfinder": dict(base=_sizes(1, 32, 16, 32, 2),
+                       paper=dict(num_layers=4, num_heads=8, mlp_dim=128, qkv_dim=128),
+                       cpu=_sizes(1, 32, 32, 64, 2)),
+    ("pathfinder", "transformer"): dict(base=_sizes(4, 32, 16, 32, 4)),
+    "pathx": dict(base=_sizes(1, 32, 32, 32, 2),
+                  paper=dict(num_layers=4, num_heads=8, mlp_dim=128, qkv_dim=128),
+                  cpu=_sizes(1, 16, 16, 32, 1)),
+}
+
+# Encoder settings of a task, for every model.
+TASK = {
+    # The original's Pathfinder configs pool by the mean of all tokens, without a CLS token.
+    "pathfinder": dict(pooling="MEAN", use_cls=False),
+    "pathx": dict(pooling="MEAN", use_cls=False),
+    "retrieval": dict(pair_features="uvpd"),  # [u, v, u*v, u-v]; "uv" = the shipped code's
+}
+
+# Encoder settings a model needs on every task (the mixer's design; its docstring says why).
+MODEL = {
+    "fnet": dict(prenorm=False),  # the paper's post-LayerNorm block
+    "s4d": dict(positions="none"),  # the convolution encodes order
+    # The recurrence encodes order and pools by the mean of the real tokens (no CLS token).
+    "s5": dict(positions="none", pooling="MEAN", use_cls=False),
+    "lru": dict(positions="none", pooling="MEAN", use_cls=False),
+    # Relative positions only; MEAN pooling, so no CLS token either (a CLS token at position 0
+    # would see only itself and add its vector to the mean).
+    "transformer_xl": dict(positions="none", pooling="MEAN", use_cls=False),
+}
+
+# Mixer settings (config.model.attention) per (task, model).
+ATTENTION = {
+    ("text", "linformer"): dict(k=32),  # LRA's Text setting (the original never passed it on)
+    # The LRA setting of local attention for the image tasks (its default 50 elsewhere).
+    ("image", "local"): dict(block_size=64),
+    ("pathfinder", "local"): dict(block_size=64),
+    ("pathx", "local"): dict(block_size=64),
+}
+
+
+def apply(c, options: set[str]):
+  """Sets config `c` (task c.task, model c.model.name) from the tables above, then from the
+  model's published table (configs/published), if it has one."""
+  task, model = c.task, c.model.name
+  sizes = SIZES[task]
+  c.model.update(SIZES.get((task, model), sizes)["base"])
+  if "paper" in options:
+    c.model.update(sizes["paper"])
+  if "cpu" in options:
+    c.model.update(sizes["cpu"])
+  c.model.update(TASK.get(task, {}))
+  c.model.update(MODEL.get(model, {}))
+  c.model.attention.update(ATTENTION.get((task, model), {}))
+  published.apply(c, options)
+  if model == "sparse_transformer" and c.model.num_heads == 1:
+    c.model.attention.combine = "merged"  # one head cannot hold two patterns
+  return c

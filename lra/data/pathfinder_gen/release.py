@@ -1,0 +1,119 @@
+"""Writes generated images in the original release layout, in parallel, in a fixed order."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import tempfile
+from typing import Iterator
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from lra.data.pathfinder_gen.params import Params, params_for
+from lra.data.pathfinder_gen.snakes import sample
+from lra.errors import UserError
+
+
+def _metadata_line(params: Params, folder: int, i: int, label: int, geometry: dict) -> str:
+  # Fields 0, 1 and 3 are what readers use; the rest describe the image.
+  return (f"imgs/{folder} sample_{i}.png 0 {label} {params.contour_length} "
+          f"{params.distractor_length} {len(geometry['distractors'])} {params.size}")
+
+
+def _write_png(path: str, image: np.ndarray) -> None:
+  """Writes through a temporary file in the same folder, so a PNG is never half written."""
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".png")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      Image.fromarray(image, mode="L").save(f, format="PNG")
+    os.replace(tmp, path)
+  except BaseException:
+    os.unlink(tmp)
+    raise
+
+
+def _write_text(path: str, lines: list[str]) -> None:
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".npy")
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+      f.write("".join(line + "\n" for line in lines))
+    os.replace(tmp, path)
+  except BaseException:
+    os.unlink(tmp)
+    raise
+
+
+def _make_chunk(args: tuple[str, int, str, int, int, int, int]) -> tuple[int, list[str]]:
+  """Writes images start..stop-1 (all in one folder); returns (folder, metadata lines)."""
+  level_dir, size, level, seed, start, stop, per_folder = args
+  params = params_for(size, level)
+  folder = start // per_folder
+  lines = []
+  for k in range(start, stop):
+    image, label, geometry = sample(params, seed, k)
+    i = k % per_folder
+    _write_png(os.path.join(level_dir, "imgs", str(folder), f"sample_{i}.png"), image)
+    lines.append(_metadata_line(params, folder, i, label, geometry))
+  return folder, lines
+
+
+def _chunks(num_images: int, per_folder: int, chunk: int) -> Iterator[tuple[int, int]]:
+  """(start, stop) ranges that never cross a folder boundary."""
+  for folder_start in range(0, num_images, per_folder):
+    folder_stop = min(folder_start + per_folder, num_images)
+    for start in range(folder_start, folder_stop, chunk):
+      yield start, min(start + chunk, folder_stop)
+
+
+def generate_release(out_dir: str | os.PathLike, *, size: int, level: str, num_images: int,
+                     seed: int = 0, workers: int | None = None, images_per_folder: int = 1000,
+                     progress: bool = True) -> str:
+  """Writes out_dir/<level folder>/imgs/<n>/sample_<i>.png and metadata/<n>.npy (text).
+
+  Image k is folder k // images_per_folder, i = k % images_per_folder, and depends only on
+  (seed, k). A folder's metadata file is written once all its images are. Returns the level
+  folder.
+  """
+  params = params_for(size, level)
+  if num_images < 0:
+    raise UserError(f"num_images must be >= 0, got {num_images}")
+  if images_per_folder < 1:
+    raise ValueError(f"images_per_folder must be >= 1, got {images_per_folder}")
+  if workers is None:
+    workers = os.cpu_count() or 1
+  if workers < 1:
+    raise UserError(f"workers must be >= 1, got {workers}")
+  level_dir = os.path.join(os.fspath(out_dir), params.level_folder)
+  num_folders = -(-num_images // images_per_folder)
+  os.makedirs(os.path.join(level_dir, "metadata"), exist_ok=True)
+  for folder in range(num_folders):
+    os.makedirs(os.path.join(level_dir, "imgs", str(folder)), exist_ok=True)
+
+  # Small chunks keep every worker busy and the bar moving; big images take longer each.
+  chunk = max(1, min(images_per_folder, 4096 // size))
+  args = [(level_dir, size, level, seed, start, stop, images_per_folder)
+          for start, stop in _chunks(num_images, images_per_folder, chunk)]
+  pending = {f: min(images_per_folder, num_images - f * images_per_folder)
+             for f in range(num_folders)}
+  lines: dict[int, list[str]] = {f: [] for f in range(num_folders)}
+  with tqdm(total=num_images, disable=not progress, unit="img",
+            desc=f"pathfinder{size} {params.level_folder}") as bar:
+
+    def collect(results):
+      for folder, chunk_lines in results:
+        lines[folder].extend(chunk_lines)
+        pending[folder] -= len(chunk_lines)
+        bar.update(len(chunk_lines))
+        if pending[folder] == 0:  # chunks arrive in order, so the lines are in order too
+          _write_text(os.path.join(level_dir, "metadata", f"{folder}.npy"), lines.pop(folder))
+
+    if workers == 1 or len(args) <= 1:
+      collect(map(_make_chunk, args))
+    else:
+      # spawn, not fork: the caller may already run JAX's threads, which a fork would copy broken.
+      with multiprocessing.get_context("spawn").Pool(min(workers, len(args))) as pool:
+        collect(pool.imap(_make_chunk, args))
+  return level_dir
+

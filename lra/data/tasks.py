@@ -1,0 +1,60 @@
+"""Tasks by name: each gives its splits, vocabulary, class count and input kind.
+
+A task never knows about models; the trainer puts the two together. Each task's loader lives
+with its reader (lra.data.listops.load, lra.data.text.load, ...); large tasks are read from
+prepared memory-mapped files (lra.data.store) made by `python -m lra.data TASK ...`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from lra.data import store
+from lra.errors import UserError
+
+SPLITS = ("train", "val", "test")
+
+# Task name -> the lra.data module whose load(config) makes it, imported when the task is
+# asked for (so reading the names costs nothing). The paper's order.
+_LOADERS = {"listops": "listops", "text": "text", "retrieval": "retrieval", "image": "image",
+            "pathfinder": "pathfinder", "pathx": "pathfinder"}
+NAMES: tuple[str, ...] = tuple(_LOADERS)
+
+
+@dataclasses.dataclass
+class Task:
+  name: str
+  num_classes: int
+  vocab_size: int
+  max_len: int
+  pair: bool  # two inputs per example (dual encoder)
+  # split -> {"inputs": NxL ints (+ "inputs2" for pair tasks), "labels": N ints}; the token
+  # arrays may be lazy row readers (lra.data.store.Rows).
+  splits: dict[str, dict]
+  padding: bool = True  # token id 0 is padding; if False every position is real (pixels)
+
+
+def require_prepared(data_dir: str, splits, what: str, command: str) -> None:
+  """A prepared task's data must exist; the error gives the command that prepares it."""
+  if not store.exists(data_dir, splits):
+    raise UserError(f"{what} data not found in {data_dir}; prepare it with: {command}")
+
+
+def _check_labels(task: Task) -> None:
+  for split in SPLITS:
+    labels = task.splits[split]["labels"]
+    if len(labels) == 0:
+      raise UserError(f"the {split} split of task {task.name!r} is empty")
+    if labels.min() < 0 or labels.max() >= task.num_classes:
+      raise UserError(f"the {split} split of task {task.name!r} has labels outside "
+                      f"0..{task.num_classes - 1}")
+
+
+def load(config) -> Task:
+  """config.task's data as a Task; missing or malformed data raises UserError."""
+  if config.task not in _LOADERS:
+    raise UserError(f"unknown task {config.task!r}; valid tasks: {', '.join(NAMES)}")
+  module = importlib.import_module(f"lra.data.{_LOADERS[config.task]}")
+  task = module.load(config)
+  _check_labels(task)
+  return task

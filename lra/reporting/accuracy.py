@@ -1,0 +1,134 @@
+"""The accuracy table: our test accuracy next to the paper's Table 1, with both averages."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from lra.reporting.numbers import finite, pct
+from lra.reporting.paper import (PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS, PATHX_FAIL_SCORE,
+                                 TASKS, TASKS5, model_order)
+
+
+def _config_summary(config: dict) -> str:
+  """Short 'how was it configured' string: layers, widths, batch, sequence length."""
+  m = config.get("model", {}) or {}
+  parts = []
+  for key, fmt in (("num_layers", "L{}"), ("emb_dim", "emb{}"), ("num_heads", "h{}"),
+                   ("qkv_dim", "qkv{}"), ("mlp_dim", "mlp{}")):
+    if key in m:
+      parts.append(fmt.format(m[key]))
+  attention = m.get("attention") or {}
+  if attention:
+    parts.append("attn(" + ",".join(f"{k}={v}" for k, v in sorted(attention.items())) + ")")
+  if "dtype" in m:
+    parts.append(str(m["dtype"]))
+  if "batch_size" in config:
+    parts.append(f"bs{config['batch_size']}")
+  data = config.get("data", {}) or {}
+  for key in ("max_len", "max_length"):
+    if key in data:
+      parts.append(f"len{data[key]}")
+      break
+  if data.get("data_dir"):
+    parts.append(f"data={os.path.basename(str(data['data_dir']).rstrip('/'))}")
+  return " ".join(parts)
+
+
+def _hardware_summary(hw: dict) -> str:
+  kind = hw.get("device_kind") or hw.get("platform") or "?"
+  text = f"{kind} x{hw.get('device_count', '?')}"
+  if (hw.get("process_count") or 1) > 1:
+    text += f" ({hw['process_count']} hosts)"
+  return text
+
+
+def _provenance(result: dict) -> dict:
+  return {
+      "workdir": result.get("workdir"),
+      "num_train_steps": result.get("num_train_steps"),
+      "best_step": result.get("best_step"),
+      "best_val_accuracy": pct(result.get("best_val_accuracy")),
+      "test_count": result.get("test_count"),
+      "majority_rate": pct(result.get("test_majority_rate")),
+      "train_time_s": result.get("train_time_s"),
+      "config": _config_summary(result.get("config") or {}),
+      "hardware": _hardware_summary(result.get("hardware") or {}),
+      "superseded": list(result.get("superseded", [])),
+  }
+
+
+def _avgs(scores: dict[str, float | None]) -> tuple[float | None, float | None, bool]:
+  """(avg5, avg6, Path-X assumed): None wherever one of the five is missing."""
+  five = [scores.get(t) for t in TASKS5]
+  if any(s is None for s in five):
+    return None, None, False
+  pathx = scores.get("pathx")
+  assumed = pathx is None
+  avg6 = float(np.mean(five + [PATHX_FAIL_SCORE if assumed else pathx]))
+  return float(np.mean(five)), avg6, assumed
+
+
+def accuracy_table(results: list[dict], include_paper_models: bool = True) -> dict:
+  """Rows per model: our test accuracy (%) next to the paper's, plus both averages.
+
+  Missing cells stay None (never filled in). avg6 counts a missing Path-X as 50 and says so
+  in `avg6_pathx_assumed`; a Path-X run is used at its own figure whatever it reached.
+  """
+  by_model: dict[str, dict[str, dict]] = {}
+  for r in results:
+    by_model.setdefault(r["model"], {})[r["task"]] = r
+  models = model_order(list(by_model) + (list(PAPER_MODELS) if include_paper_models else []))
+  rows = []
+  for model in models:
+    paper = PAPER_ACCURACY.get(model)
+    cells = {}
+    for task in TASKS:
+      result = by_model.get(model, {}).get(task)
+      ours = pct(result["test_accuracy"]) if result else None
+      paper_value = paper.get(task) if paper else None
+      cells[task] = {
+          "ours": ours,
+          "paper": paper_value,
+          "paper_fail": paper is not None and paper_value is None,
+          "diff": None if ours is None or paper_value is None else ours - paper_value,
+          "run": _provenance(result) if result else None,
+      }
+    avg5, avg6, assumed = _avgs({t: c["ours"] for t, c in cells.items()})
+    paper_avg5 = PAPER_AVG5.get(model)
+    if paper_avg5 is None and paper is not None:
+      paper_avg5, _, _ = _avgs(paper)
+    paper_avg6 = None
+    if paper is not None:
+      _, paper_avg6, _ = _avgs(paper)
+    rows.append({
+        "model": model, "cells": cells,
+        "avg5": avg5, "avg6": avg6, "avg6_pathx_assumed": assumed,
+        "paper_avg5": paper_avg5, "paper_avg6": paper_avg6,
+        "avg5_diff": None if avg5 is None or paper_avg5 is None else avg5 - paper_avg5,
+        "avg6_diff": None if avg6 is None or paper_avg6 is None else avg6 - paper_avg6,
+    })
+  return {"tasks": list(TASKS), "rows": rows}
+
+
+def accuracy_rows(table: dict) -> list[dict]:
+  """One flat row per (model, task) with a result or a paper figure, for CSV."""
+  out = []
+  for row in table["rows"]:
+    for task in table["tasks"]:
+      c = row["cells"][task]
+      if c["ours"] is None and c["paper"] is None and not c["paper_fail"]:
+        continue
+      run = c["run"] or {}
+      out.append({"model": row["model"], "task": task, "ours": c["ours"],
+                  "paper": "FAIL" if c["paper_fail"] else c["paper"], "diff": c["diff"],
+                  **{k: run.get(k) for k in ("num_train_steps", "best_step",
+                                             "best_val_accuracy", "config", "hardware",
+                                             "workdir")}})
+    out.append({"model": row["model"], "task": "avg5", "ours": row["avg5"],
+                "paper": row["paper_avg5"], "diff": row["avg5_diff"]})
+    out.append({"model": row["model"], "task": "avg6", "ours": row["avg6"],
+                "paper": row["paper_avg6"], "diff": row["avg6_diff"],
+                "config": "Path-X counted as 50" if row["avg6_pathx_assumed"] else None})
+  return out

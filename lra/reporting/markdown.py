@@ -1,0 +1,163 @@
+"""The tables as markdown: accuracy like the paper's Table 1, speed/memory/FLOPs like Table 2."""
+from __future__ import annotations
+
+import json
+
+from lra.reporting.numbers import finite, fmt, si
+from lra.reporting.paper import MODEL_TITLES, TASK_TITLES
+
+
+def _compare(ours: float | None, paper: float | None, paper_fail: bool = False,
+             diff: float | None = None, mark: str = "") -> str:
+  """'44.9 (36.4, +8.5)'; '-' for a missing figure; 'FAIL' for the paper's failures."""
+  text = fmt(ours) + mark
+  if paper_fail:
+    return f"{text} (FAIL)"
+  if paper is None:
+    return text
+  if diff is None:
+    return f"{text} ({paper:.1f})"
+  return f"{text} ({paper:.1f}, {diff:+.1f})"
+
+
+def accuracy_markdown(table: dict) -> str:
+  """Markdown like the paper's Table 1, then how each of our cells was obtained."""
+  tasks = table["tasks"]
+  head = ["Model"] + [TASK_TITLES.get(t, t) for t in tasks] + ["Avg5", "Avg6"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  any_assumed = False
+  for row in table["rows"]:
+    cells = [MODEL_TITLES.get(row["model"], row["model"])]
+    for task in tasks:
+      c = row["cells"][task]
+      cells.append(_compare(c["ours"], c["paper"], c["paper_fail"], c["diff"]))
+    cells.append(_compare(row["avg5"], row["paper_avg5"], diff=row["avg5_diff"]))
+    mark = "*" if row["avg6"] is not None and row["avg6_pathx_assumed"] else ""
+    any_assumed |= bool(mark)
+    cells.append(_compare(row["avg6"], row["paper_avg6"], diff=row["avg6_diff"], mark=mark))
+    lines.append("| " + " | ".join(cells) + " |")
+  lines += ["", "Cells: our test accuracy % (paper %, ours - paper); `-` = not run or not "
+            "finished; FAIL = the paper's model did not learn the task. Avg5 = mean of the five "
+            "tasks without Path-X; Avg6 = mean of six with a failed Path-X counted as 50. "
+            "Averages are given only when all five other tasks are present."]
+  if any_assumed:
+    lines.append("\\* no Path-X run: counted as 50 in Avg6.")
+  runs = [(row["model"], t, row["cells"][t]["run"]) for row in table["rows"] for t in tasks
+          if row["cells"][t]["run"]]
+  if runs:
+    lines += ["", "How each cell was obtained:", ""]
+    for model, task, run in runs:
+      best = (f"best val {fmt(run['best_val_accuracy'])}% at step {run['best_step']}"
+              if run["best_step"] is not None else "no validation")
+      text = (f"- {MODEL_TITLES.get(model, model)} / {TASK_TITLES.get(task, task)}: "
+              f"{run['num_train_steps']} steps, {best}, {run['config']}, on {run['hardware']}")
+      if run["test_count"] is not None:
+        text += f"; {run['test_count']} test examples"
+      if run["majority_rate"] is not None:
+        text += f" (majority class {fmt(run['majority_rate'])}%)"
+      text += f"; `{run['workdir']}`"
+      if run["superseded"]:
+        text += f" (chosen by validation over {', '.join(run['superseded'])})"
+      lines.append(text)
+  return "\n".join(lines) + "\n"
+
+
+def _length_title(length: int) -> str:
+  return f"{length // 1024}K" if length % 1024 == 0 else str(length)
+
+
+def _status_cell(cell: dict | None) -> str | None:
+  """The text of a cell that has no number: missing, OOM or error."""
+  if cell is None:
+    return "-"
+  if cell["status"] != "ok":
+    return cell["status"]
+  return None
+
+
+_MEASURE_TEXT = {"peak": "device-reported peak memory",
+                 "compiled": "XLA compiled memory analysis (arguments + outputs + temporaries)"}
+
+
+def _machine_line(machine: dict) -> str:
+  peak = finite(machine.get("matmul_peak_flops_per_s"))
+  return (f"Machine: {machine.get('device_kind', '?')} x{machine.get('device_count', '?')} "
+          f"({machine.get('platform', '?')}), JAX {machine.get('jax_version', '?')}, "
+          f"batch {machine.get('batch', '?')}"
+          + (f", measured matmul peak {si(peak, 'FLOP/s')}" if peak else "")
+          + (f", model {json.dumps(machine['model_size'])}"
+             if machine.get("model_size") else "") + ".")
+
+
+def _length_table(tables: dict, kind: str, cell_text) -> list[str]:
+  """One markdown table of `tables[kind]`: a row per model, a column per length; an ok cell
+  reads `cell_text(cell)`, any other its status."""
+  lengths = tables["lengths"]
+  out = ["| Model | " + " | ".join(_length_title(n) for n in lengths) + " |",
+         "|---|" + "---|" * len(lengths)]
+  for model in tables["models"]:
+    cells = []
+    for n in lengths:
+      c = tables[kind][model].get(n)
+      text = _status_cell(c)
+      cells.append(cell_text(c) if text is None else text)
+    out.append(f"| {MODEL_TITLES.get(model, model)} | " + " | ".join(cells) + " |")
+  return out
+
+
+def _speed_text(c: dict) -> str:
+  text = fmt(c["steps_per_s"])
+  extra = []
+  if c["ratio"] is not None:
+    extra.append(f"{c['ratio']:.1f}x")
+  if c["paper_ratio"] is not None:
+    extra.append(f"paper {c['paper_ratio']:.1f}x")
+  return text + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def _memory_text(c: dict, mixed: bool) -> str:
+  text = fmt(c["gb"], 2)
+  if mixed and c["measure"] == "compiled":
+    text += "†"
+  if c["paper"] is not None:
+    text += f" ({c['paper']:.2f})"
+  return text
+
+
+def _flops_text(c: dict) -> str:
+  parts = []
+  if c["flops_per_step"] is not None:
+    parts.append(si(c["flops_per_step"], "FLOP"))
+  if c["achieved_flops_per_s"] is not None:
+    rate = si(c["achieved_flops_per_s"], "FLOP/s")
+    if c["fraction_of_peak"] is not None:
+      rate += f" ({100 * c['fraction_of_peak']:.0f}%)"
+    parts.append(rate)
+  return ", ".join(parts) or "-"
+
+
+def speed_markdown(tables: dict, machine: dict | None = None) -> str:
+  """Three markdown tables: steps/s with ratios, memory, FLOPs and achieved FLOP/s."""
+  baseline = MODEL_TITLES.get(tables["baseline"], tables["baseline"])
+  out = [_machine_line(machine), ""] if machine else []
+  out += [f"Training steps per second (ratio to {baseline} at the same length; "
+          "paper's ratio on TPU v3 where it has one)", ""]
+  out += _length_table(tables, "speed", _speed_text)
+
+  measures = tables["memory_measures"]
+  mixed = len(measures) > 1
+  if mixed:
+    what = f"{_MEASURE_TEXT['peak']}; † = {_MEASURE_TEXT['compiled']} where no peak is reported"
+  else:
+    what = _MEASURE_TEXT[measures[0]] if measures else "no memory figures"
+  out += ["", f"Memory per device in GB of 10^9 bytes: {what}. The paper's TPU v3 figure in "
+          "parentheses.", ""]
+  out += _length_table(tables, "memory", lambda c: _memory_text(c, mixed))
+
+  out += ["", "FLOPs per training step (XLA cost analysis); achieved FLOP/s (fraction of the "
+          "measured matmul peak)", ""]
+  out += _length_table(tables, "flops", _flops_text)
+  out += ["", "OOM = out of memory; error = the measurement failed (see the JSON for the "
+          "message); - = not measured."]
+  out += [f"- {n}" for n in tables["notes"]]
+  return "\n".join(out) + "\n"

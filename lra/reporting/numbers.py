@@ -1,0 +1,32 @@
+"""Figures as the reports read and print them: finite floats, percentages, short text."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def finite(x: Any) -> float | None:
+  if x is None:
+    return None
+  try:
+    x = float(x)
+  except (TypeError, ValueError):
+    return None
+  return x if math.isfinite(x) else None
+
+
+def pct(fraction: Any) -> float | None:
+  x = finite(fraction)
+  return None if x is None else 100.0 * x
+
+
+def fmt(x: float | None, digits: int = 1) -> str:
+  return "-" if x is None else f"{x:.{digits}f}"
+
+
+def si(x: float, unit: str) -> str:
+  """3 significant digits with an SI prefix: 1.23 TFLOP."""
+  for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+    if abs(x) >= factor:
+      return f"{x / factor:.3g} {prefix}{unit}"
+  return f"{x:.3g} {unit}"

@@ -1,0 +1,111 @@
+"""The speed, memory and FLOP tables of a benchmark run, next to the paper's Table 2."""
+from __future__ import annotations
+
+from lra.reporting.numbers import finite
+from lra.reporting.paper import PAPER_MEMORY, PAPER_SPEED, model_order
+
+GB = 1e9
+
+
+def _status(row: dict) -> str:
+  """'ok', 'OOM' or 'error' (anything else the benchmark wrote counts as an error)."""
+  s = str(row.get("status", "")).strip()
+  if s == "ok":
+    return "ok"
+  if s.upper() == "OOM":
+    return "OOM"
+  return "error"
+
+
+def memory_of(row: dict) -> tuple[float | None, str | None]:
+  """(bytes, measure): the device-reported peak where present, else XLA's compiled estimate."""
+  peak = finite(row.get("peak_memory_bytes"))
+  if peak is not None:
+    return peak, "peak"
+  compiled = finite(row.get("compiled_memory_bytes"))
+  if compiled is not None:
+    return compiled, "compiled"
+  return None, None
+
+
+def speed_tables(rows: list[dict], baseline: str = "transformer") -> dict:
+  """Per (model, length): speed with the ratio to `baseline`, memory, FLOPs.
+
+  A later row for the same (model, length) replaces an earlier one (a re-measurement).
+  Ratios exist only where both this cell and the baseline's are ok.
+  """
+  latest: dict[tuple[str, int], dict] = {}
+  notes = []
+  for row in rows:
+    key = (str(row["model"]), int(row["length"]))
+    if key in latest:
+      notes.append(f"{key[0]} at {key[1]}: measured twice; the later row is used")
+    latest[key] = row
+  lengths = sorted({k[1] for k in latest})
+  models = model_order({k[0] for k in latest})
+  speed: dict[str, dict[int, dict]] = {}
+  memory: dict[str, dict[int, dict]] = {}
+  flops: dict[str, dict[int, dict]] = {}
+  for model in models:
+    speed[model], memory[model], flops[model] = {}, {}, {}
+    for length in lengths:
+      row = latest.get((model, length))
+      if row is None:
+        continue
+      status = _status(row)
+      ok = status == "ok"
+      base = latest.get((baseline, length))
+      steps = finite(row.get("steps_per_s")) if ok else None
+      base_steps = (finite(base.get("steps_per_s"))
+                    if base is not None and _status(base) == "ok" else None)
+      ratio = steps / base_steps if steps is not None and base_steps else None
+      paper = PAPER_SPEED.get(model, {}).get(length)
+      paper_base = PAPER_SPEED.get(baseline, {}).get(length)
+      speed[model][length] = {
+          "status": status, "detail": str(row.get("status", "")),
+          "steps_per_s": steps, "step_time_s": finite(row.get("step_time_s")) if ok else None,
+          "ratio": None if model == baseline else ratio,
+          "paper": paper,
+          "paper_ratio": (paper / paper_base if model != baseline and paper is not None
+                          and paper_base else None),
+      }
+      mem, measure = memory_of(row) if ok else (None, None)
+      memory[model][length] = {"status": status, "gb": None if mem is None else mem / GB,
+                               "measure": measure,
+                               "paper": PAPER_MEMORY.get(model, {}).get(length)}
+      achieved = finite(row.get("achieved_flops_per_s")) if ok else None
+      peak = finite(row.get("matmul_peak_flops_per_s"))
+      flops[model][length] = {
+          "status": status,
+          "flops_per_step": finite(row.get("flops_per_step")) if ok else None,
+          "achieved_flops_per_s": achieved,
+          "matmul_peak_flops_per_s": peak,
+          "fraction_of_peak": achieved / peak if achieved is not None and peak else None,
+      }
+  measures = {c["measure"] for m in memory.values() for c in m.values() if c["measure"]}
+  return {"baseline": baseline, "lengths": lengths, "models": models, "speed": speed,
+          "memory": memory, "flops": flops, "memory_measures": sorted(measures),
+          "notes": notes}
+
+
+def bubble_inputs(acc_table: dict, tables: dict, average: str = "avg5",
+                  length: int | None = None
+                  ) -> tuple[dict[str, float], dict[str, float], dict[str, float], int | None]:
+  """(accuracy, steps/s, memory GB, length) per model for charts.bubble_chart.
+
+  Speed and memory come from `length` (default the longest measured); models without an ok
+  measurement or an average there are simply absent, so the chart can list them as left out.
+  """
+  lengths = tables["lengths"]
+  if length is None:
+    length = lengths[-1] if lengths else None
+  accuracy = {r["model"]: r[average] for r in acc_table["rows"] if r[average] is not None}
+  speed, memory = {}, {}
+  for model in tables["models"]:
+    s = tables["speed"][model].get(length)
+    m = tables["memory"][model].get(length)
+    if s and s["steps_per_s"] is not None:
+      speed[model] = s["steps_per_s"]
+    if m and m["gb"] is not None:
+      memory[model] = m["gb"]
+  return accuracy, speed, memory, length

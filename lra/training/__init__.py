@@ -1,0 +1,1 @@
+"""Training: the one generic trainer, the optimiser, checkpoints and metric writers."""

@@ -1,0 +1,128 @@
+"""What every token mixer shares: the mixer base classes (the encoder's fields, declared once,
+and the validation run when a mixer is built), the per-head projections, the mask value,
+attention-weight dropout and the dense masked softmax attention."""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from models import settings as s
+
+# Added to the logits of masked keys. Finite, so a row whose keys are all masked gives a
+# uniform (harmless) distribution instead of NaN.
+MASK_VALUE = -1e9
+
+
+class Mixer(nn.Module):
+  """Base of every token mixer: mixer(x_BxLxD, mask_BxL, deterministic=...) -> BxLxD.
+
+  The encoder fills the fields declared here (and layer_index / shared where a mixer declares
+  them); a config sets the others, in config.model.attention. A subclass declares one check per
+  user setting in SETTINGS (the contract test makes sure each has one) and overrides
+  `check_settings` for rules across settings, calling super(). The checks run when the mixer is
+  constructed, so models.build rejects a bad config before anything is traced.
+  """
+  dropout_rate: float = 0.0  # the encoder's attention_dropout_rate
+  dtype: str = "float32"
+
+  SETTINGS = {}  # user setting -> its check (models/settings.py); not a dataclass field
+  # True when the mixer never forms an array with two axes of the sequence length (the
+  # contract test checks the traced program of every mixer that claims it).
+  SUBQUADRATIC = False
+
+  def __post_init__(self):
+    self.check_settings()
+    super().__post_init__()
+
+  def check_settings(self) -> None:
+    """Each user setting against its check, then the encoder fields this mixer receives."""
+    for name, rule in self.SETTINGS.items():
+      s.check(s.attention_key(name), getattr(self, name), rule)
+    s.check(s.model_key("attention_dropout_rate"), self.dropout_rate,
+            s.Float(0.0, 1.0, open="high"))
+
+  def check_length(self, length: int) -> None:
+    """Rules that need the longest sequence the mixer will see (models.build knows it)."""
+
+  def attention_rng(self, deterministic: bool):
+    """The key of attention-weight dropout, or None when there is none to apply."""
+    if deterministic or self.dropout_rate == 0.0:
+      return None
+    return self.make_rng("dropout")
+
+
+class HeadsMixer(Mixer):
+  """A mixer with per-head queries, keys and values: qkv_dim split over num_heads heads."""
+  num_heads: int = 1
+  qkv_dim: int = 1
+
+  def check_settings(self) -> None:
+    super().check_settings()
+    s.check(s.model_key("num_heads"), self.num_heads, s.Int(1))
+    s.check(s.model_key("qkv_dim"), self.qkv_dim, s.Int(1))
+    if self.qkv_dim % self.num_heads:
+      s.fail(s.model_key("qkv_dim"), self.qkv_dim,
+             f"a multiple of config.model.num_heads={self.num_heads}")
+
+  @property
+  def head_dim(self) -> int:
+    return self.qkv_dim // self.num_heads
+
+
+def head_projection(num_heads: int, qkv_dim: int, dtype: str, name: str) -> nn.Module:
+  """Dense BxLxD -> BxLxHxK (no bias), built in the calling module's scope as `name`."""
+  if qkv_dim % num_heads:
+    raise ValueError(f"qkv_dim {qkv_dim} is not divisible by num_heads {num_heads}")
+  return nn.DenseGeneral((num_heads, qkv_dim // num_heads), use_bias=False, dtype=dtype,
+                         kernel_init=nn.initializers.xavier_uniform(), name=name)
+
+
+class QKVProjection(nn.Module):
+  """Projects BxLxD inputs to per-head queries, keys and values BxLxHxK (no bias)."""
+  num_heads: int
+  qkv_dim: int
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, x_BxLxD):
+    dense = lambda name: head_projection(self.num_heads, self.qkv_dim, self.dtype, name)
+    return dense("query")(x_BxLxD), dense("key")(x_BxLxD), dense("value")(x_BxLxD)
+
+
+class OutputProjection(nn.Module):
+  """Merges heads BxLxHxK back to BxLxD."""
+  out_dim: int
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, y_BxLxHxK):
+    return nn.DenseGeneral(self.out_dim, axis=(-2, -1), dtype=self.dtype,
+                           kernel_init=nn.initializers.xavier_uniform(),
+                           name="out")(y_BxLxHxK)
+
+
+def dropout_weights(rng, weights, rate: float):
+  """Inverted dropout on attention weights (shared by every softmax mixer)."""
+  keep = jax.random.bernoulli(rng, 1.0 - rate, weights.shape)
+  return jnp.where(keep, weights / (1.0 - rate), 0.0)
+
+
+def masked_softmax(logits, allowed, *, dropout_rng=None, dropout_rate: float = 0.0):
+  """Softmax over the last axis with disallowed entries at MASK_VALUE, then dropout."""
+  weights = jax.nn.softmax(jnp.where(allowed, logits, MASK_VALUE), axis=-1)
+  if dropout_rng is not None and dropout_rate > 0.0:
+    weights = dropout_weights(dropout_rng, weights, dropout_rate)
+  return weights
+
+
+def softmax_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
+                      dropout_rng=None, dropout_rate: float = 0.0):
+  """Scaled dot-product attention; logits and softmax in float32, padded keys get 0."""
+  scale = q_BxLxHxK.shape[-1] ** -0.5
+  logits_BxHxLxM = jnp.einsum("blhk,bmhk->bhlm", q_BxLxHxK * scale, k_BxMxHxK,
+                              preferred_element_type=jnp.float32)
+  weights_BxHxLxM = masked_softmax(logits_BxHxLxM, key_mask_BxM[:, None, None, :],
+                                   dropout_rng=dropout_rng, dropout_rate=dropout_rate)
+  weights_BxHxLxM = weights_BxHxLxM.astype(v_BxMxHxK.dtype)
+  return jnp.einsum("bhlm,bmhk->blhk", weights_BxHxLxM, v_BxMxHxK)

@@ -1,0 +1,185 @@
+"""What the model tests share: tiny settings for every mixer, one-shot compiles, padded inputs,
+independent references (masked softmax attention, a sequential linear recurrence) and the
+jaxpr shape walk. Nothing here imports a mixer's code: references stay independent of it."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Tiny settings per mixer (config.model.attention), the one table the contract test and
+# tiny_model() read. Block, chunk and segment sizes are 4 and projection sizes small, so the
+# test lengths (7, 13) span several blocks and are a multiple of none; a mixer missing here
+# runs with its defaults, so a new mixer is tested with no edit.
+TINY_SETTINGS = {
+    "bigbird": dict(block_size=4, num_random_blocks=1, num_extra_global=4),
+    "linformer": dict(k=4),
+    "local": dict(block_size=4),
+    "longformer": dict(window=4),
+    "lru": dict(state_size=8),
+    "nystromformer": dict(num_landmarks=4, conv_kernel=3),
+    "performer": dict(nb_features=8),
+    "reformer": dict(n_buckets=4, chunk_len=4),
+    "s4d": dict(state_size=8),
+    "s5": dict(state_size=8, blocks=2),
+    "sinkhorn": dict(block_size=4),
+    "sparse_transformer": dict(block_size=4, c=2),
+    "transformer_xl": dict(segment_len=4, mem_len=3),
+}
+
+# The encoder around a tiny mixer: 2 layers (so shared modules are shared), dropout on.
+TINY_ENCODER = dict(emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=16, num_layers=2,
+                    dropout_rate=0.1, attention_dropout_rate=0.1)
+
+
+def tiny_settings(name: str) -> dict:
+  """The tiny config.model.attention of mixer `name` ({} = its defaults)."""
+  return dict(TINY_SETTINGS.get(name, {}))
+
+
+def tiny_model(name: str, **overrides) -> dict:
+  """A tiny config.model dict for ANY registered mixer (for models.build): the tiny encoder,
+  the mixer's own encoder defaults (e.g. no positions for the SSMs) and its tiny settings.
+  `overrides` replace top-level keys; `attention=` entries update the tiny settings."""
+  from models import registry  # imports JAX; callers that only read the table do not pay
+  encoder_defaults = getattr(registry, "encoder_defaults", lambda _: {})(name)
+  model = dict(name=name, **TINY_ENCODER)
+  model.update(encoder_defaults)
+  attention = tiny_settings(name)
+  attention.update(overrides.pop("attention", None) or {})
+  model.update(overrides)
+  model["attention"] = attention
+  return model
+
+
+def run_once(fn, *args):
+  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
+  return compile_once(fn, *args)(*args)
+
+
+def compile_once(fn, *args):
+  """The compiled fn for these arguments, at the cheapest XLA optimisation level."""
+  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})
+
+
+# --- masks and padded inputs (True = a real token) ---
+
+def trailing_mask(lengths, length: int) -> np.ndarray:
+  """BxL: row b real for its first lengths[b] positions (LRA pads at the end)."""
+  return np.arange(length)[None, :] < np.asarray(lengths)[:, None]
+
+
+def random_mask(rng, batch: int, length: int, *, full_first: bool = True,
+                hole: bool = False) -> np.ndarray:
+  """Trailing padding of random length (>= 1 real token per row); row 0 unpadded when
+  `full_first`; with `hole`, the last row also loses one inner position (not its first)."""
+  lengths = rng.integers(1, length + 1, size=batch)
+  if full_first:
+    lengths[0] = length
+  mask = trailing_mask(lengths, length)
+  if hole and length > 2:
+    mask[-1, :] = True
+    mask[-1, rng.integers(1, length)] = False
+  return mask
+
+
+def contract_mask(length: int, short: int) -> np.ndarray:
+  """4xL: full; trailing padding after `short`; a hole at 2 (when L > 2); all padding."""
+  mask = np.ones((4, length), bool)
+  mask[1, short:] = False
+  if length > 2:
+    mask[2, 2] = False
+  mask[3] = False
+  return mask
+
+
+def padded_inputs(length: int, width: int, seed: int = 0, batch: int = 3):
+  """Random BxLxD inputs and a numpy mask: one full row, one with trailing padding after 4 (as
+  LRA pads), one with a hole at 2; and the generator, for noise."""
+  rng = np.random.default_rng(seed)
+  x = jnp.asarray(rng.normal(size=(batch, length, width)), jnp.float32)
+  mask = np.ones((batch, length), bool)
+  mask[1, 4:] = False
+  mask[2, 2] = False
+  return x, mask, rng
+
+
+def padded_tokens(vocab: int, length: int, seed: int = 0, batch: int = 3):
+  """Token ids (0 = padding): trailing padding after 7 in row 1, a hole at 3 in row 2."""
+  tokens = np.random.default_rng(seed).integers(1, vocab, size=(batch, length))
+  tokens[1, 7:] = 0
+  tokens[2, 3] = 0
+  return jnp.asarray(tokens, jnp.int32)
+
+
+def noise_where_padded(x_BxLxD, mask_BxL, rng, scale: float = 100.0):
+  """x with large random values at the padded positions (what must not leak)."""
+  noise = jnp.asarray(rng.normal(size=x_BxLxD.shape) * scale, x_BxLxD.dtype)
+  return jnp.where(jnp.asarray(mask_BxL)[..., None], x_BxLxD, noise)
+
+
+# --- independent references ---
+
+def masked_softmax_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, allowed_BxHxLxM):
+  """Softmax attention over the allowed keys, head by head in plain jnp (scaled by
+  1/sqrt(K)); a query with no allowed key outputs zeros. `allowed` broadcasts to BxHxLxM."""
+  num_heads = q_BxLxHxK.shape[2]
+  allowed_BxHxLxM = jnp.broadcast_to(
+      allowed_BxHxLxM, (q_BxLxHxK.shape[0], num_heads, q_BxLxHxK.shape[1], k_BxMxHxK.shape[1]))
+  heads = []
+  for h in range(num_heads):
+    q, k, v = q_BxLxHxK[:, :, h], k_BxMxHxK[:, :, h], v_BxMxHxK[:, :, h]
+    allowed = allowed_BxHxLxM[:, h]
+    scores = q @ jnp.swapaxes(k, 1, 2) / np.sqrt(q.shape[-1])
+    top = jnp.max(jnp.where(allowed, scores, -jnp.inf), -1, keepdims=True)
+    e = jnp.where(allowed, jnp.exp(scores - jnp.where(jnp.isfinite(top), top, 0.0)), 0.0)
+    total = jnp.sum(e, -1, keepdims=True)
+    heads.append((e / jnp.where(total > 0, total, 1.0)) @ v)
+  return jnp.stack(heads, 2)
+
+
+def projected_attention(params, x_BxLxD, allowed_BxHxLxL):
+  """Multi-head attention with the Transformer's parameter layout (QKVProjection_0/{query,
+  key,value}, OutputProjection_0/out) and an explicit pattern of allowed (query, key) pairs:
+  the dense reference of every pattern-restricted mixer."""
+  p = params["params"] if "params" in params else params
+  wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
+  out = p["OutputProjection_0"]["out"]
+  project = lambda w: jnp.einsum("bld,dhk->blhk", x_BxLxD, w)
+  heads_BxLxHxK = masked_softmax_attention(project(wq), project(wk), project(wv),
+                                           allowed_BxHxLxL)
+  return jnp.einsum("blhk,hkd->bld", heads_BxLxHxK, out["kernel"]) + out["bias"]
+
+
+def linear_recurrence(a_N, b_LxN, *, reverse: bool = False):
+  """States of h_t = a * h_{t-1} + b_t (h_{-1} = 0) by a Python loop, LxN; with `reverse`
+  the loop runs from the end (h_t = a * h_{t+1} + b_t). The reference of scan mixers."""
+  order = range(b_LxN.shape[0] - 1, -1, -1) if reverse else range(b_LxN.shape[0])
+  state_N = jnp.zeros(b_LxN.shape[1:], jnp.result_type(a_N, b_LxN))
+  states = [None] * b_LxN.shape[0]
+  for t in order:
+    state_N = a_N * state_N + b_LxN[t]
+    states[t] = state_N
+  return jnp.stack(states)
+
+
+# --- the traced program ---
+
+def array_shapes(jaxpr):
+  """Every intermediate shape in a jaxpr, nested calls included (scan, cond, remat, pjit,
+  custom_vjp bodies: any parameter that is or holds a (closed) jaxpr)."""
+  for eqn in jaxpr.eqns:
+    for var in eqn.outvars:
+      yield tuple(getattr(var.aval, "shape", ()))
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else [value]:
+        inner = getattr(sub, "jaxpr", sub)
+        if hasattr(inner, "eqns"):
+          yield from array_shapes(inner)
+
+
+def length_squared_shapes(fn, *args, length: int) -> list:
+  """The shapes in fn's traced program (forward and whatever fn differentiates) that have two
+  or more axes of size `length`. Pick a length no other dimension equals."""
+  jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+  return sorted({s for s in array_shapes(jaxpr) if s.count(length) >= 2})
