@@ -43,9 +43,11 @@ def _parse_flags(argv):
     message = str(e)
     if "Traceback" in message:  # ml_collections wraps an error inside get_config with its trace
       last = [l for l in message.splitlines() if l.strip()][-1].strip()
-      if not last.startswith("ValueError"):  # config files raise ValueError for a bad argument
+      # Only our user errors become one line (ml_collections passes their text, not the type).
+      names = tuple(f"{t.__module__}.{t.__qualname__}: " for t in user_errors())
+      if not last.startswith(names):
         raise
-      message = f"{message.splitlines()[0].split(':')[0]}: {last}"
+      message = f"{message.splitlines()[0].split(':')[0]}: {last.split(': ', 1)[1]}"
     _fail(message)
   except user_errors() as e:  # an invalid model name or setting met while making the config
     _fail(str(e))

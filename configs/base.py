@@ -4,6 +4,7 @@ from __future__ import annotations
 import ml_collections
 
 from configs import table
+from lra.errors import UserError
 from models import registry
 
 OPTIONS = ("cpu", "paper")
@@ -19,14 +20,14 @@ def parse_arg(arg: str | None, default_model: str = "transformer") -> tuple[str,
   model, options = parts[0], set(parts[1:])
   unknown = options - set(OPTIONS)
   if unknown:
-    raise ValueError(f"unknown config option(s) {sorted(unknown)} in {arg!r}; "
+    raise UserError(f"unknown config option(s) {sorted(unknown)} in {arg!r}; "
                      f"the arg is MODEL[,cpu][,paper]")
   return model, options
 
 
 def base_config(model: str) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
-  c.task = ""                    # task name (lra.tasks)
+  c.task = ""                    # task name (lra.data.tasks)
   c.seed = 0                     # parameters, dropout and data order all follow from it
   c.data = ml_collections.ConfigDict()  # task-specific, filled by the task config
 

@@ -9,6 +9,7 @@ import pytest
 from configs import base, listops, table, task_config
 from lra.training import optim
 from lra.data import tasks
+from lra.errors import UserError
 from models import registry
 
 TASKS = {name: task_config(name) for name in tasks.NAMES}
@@ -29,7 +30,7 @@ def test_paper_and_cpu_options():
   cpu = listops.get_config("transformer,cpu")
   assert cpu.data.max_len < 2000 and cpu.model.emb_dim < 512
   assert cpu.data.data_dir != listops.get_config("transformer").data.data_dir
-  with pytest.raises(ValueError, match="MODEL\\[,cpu\\]\\[,paper\\]"):
+  with pytest.raises(UserError, match="MODEL\\[,cpu\\]\\[,paper\\]"):
     base.parse_arg("transformer,tpu")
 
 

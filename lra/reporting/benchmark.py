@@ -16,10 +16,11 @@ import sys
 import time
 from typing import Any
 
+from configs import table
 from lra.errors import UserError
 
-# The Text base model of the original repository (configs/text.py).
-TEXT_BASE_SIZE = dict(emb_dim=256, qkv_dim=256, mlp_dim=1024, num_heads=4, num_layers=4)
+# The Text base model of the original repository (configs/table.py).
+TEXT_BASE_SIZE = dict(table.SIZES["text"]["base"])
 # The repository root: the measuring child runs there (configs/ is imported from it).
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM")
