@@ -30,6 +30,9 @@ class Mixer(nn.Module):
   # True when the mixer never forms an array with two axes of the sequence length (the
   # contract test checks the traced program of every mixer that claims it).
   SUBQUADRATIC = False
+  # False for a mixer with no attention weights to drop: it refuses attention_dropout_rate > 0
+  # instead of ignoring it (configs/table.py sets 0 for it).
+  ATTENTION_DROPOUT = True
 
   def __post_init__(self):
     self.check_settings()
@@ -41,6 +44,9 @@ class Mixer(nn.Module):
       s.check(s.attention_key(name), getattr(self, name), rule)
     s.check(s.model_key("attention_dropout_rate"), self.dropout_rate,
             s.Float(0.0, 1.0, open="high"))
+    if not self.ATTENTION_DROPOUT and self.dropout_rate > 0.0:
+      s.fail(s.model_key("attention_dropout_rate"), self.dropout_rate,
+             f"0.0 for this model ({type(self).__name__} has no attention weights to drop)")
 
   def check_length(self, length: int) -> None:
     """Rules that need the longest sequence the mixer will see (models.build knows it)."""

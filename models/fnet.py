@@ -3,8 +3,8 @@
     y = Re(FFT_sequence(FFT_hidden(x)))
 
 over the L positions and the D features of each example: no parameters, no heads, no
-attention weights (so no attention dropout; the encoder's attention_dropout_rate does not
-apply). Cost O(L D (log L + log D)) through the FFT.
+attention weights (so no attention dropout: it refuses attention_dropout_rate > 0, and
+configs/table.py sets 0). Cost O(L D (log L + log D)) through the FFT.
 
 use_fft=False computes the same transform as products with DFT matrices,
 Re(F_L x F_D) = C_L x C_D - S_L x S_D with C = cos(2 pi j k / N), S = sin(2 pi j k / N): what the
@@ -73,13 +73,15 @@ class FourierMixer(Mixer):
   """FNet's parameter-free Fourier token mixing, padded positions zeroed first.
 
   Every task runs FNet in the paper's post-LayerNorm block (prenorm=False, configs/table.py);
-  see the module docstring. dropout_rate and dtype are unused: no weights to drop, and the
-  transform runs in float32 and returns the input's dtype.
+  see the module docstring. No weights to drop (dropout_rate must be 0), and the transform runs
+  in float32 and returns the input's dtype.
   """
   use_fft: bool = True  # False: DFT-matrix products (the paper's TPU path; L x L memory)
   normalize: bool = False  # True: divide by sqrt(L * D); see the module docstring
 
   SETTINGS = {"use_fft": s.Bool(), "normalize": s.Bool()}
+
+  ATTENTION_DROPOUT = False
 
   @property
   def SUBQUADRATIC(self) -> bool:  # noqa: N802  (the flag every mixer has)

@@ -41,6 +41,7 @@ class LinearTransformerAttention(HeadsMixer):
 
   SETTINGS = {"eps": s.Float(0.0, open="low")}
   SUBQUADRATIC = True
+  ATTENTION_DROPOUT = False  # phi(K)^T V never forms attention weights (nor does the paper)
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):

@@ -38,13 +38,13 @@ def tiny_settings(name: str) -> dict:
 
 
 def tiny_model(name: str, **overrides) -> dict:
-  """A tiny config.model dict for ANY registered mixer (for models.build): the tiny encoder,
-  the mixer's own encoder defaults (e.g. no positions for the SSMs) and its tiny settings.
-  `overrides` replace top-level keys; `attention=` entries update the tiny settings."""
-  from models import registry  # imports JAX; callers that only read the table do not pay
-  encoder_defaults = getattr(registry, "encoder_defaults", lambda _: {})(name)
+  """A tiny config.model dict for ANY mixer (for models.build): the tiny encoder, the encoder
+  settings the model needs on every task (configs/table.py MODEL, e.g. no positions for the
+  SSMs) and the mixer's tiny settings. `overrides` replace top-level keys; `attention=`
+  entries update the tiny settings."""
+  from configs import table
   model = dict(name=name, **TINY_ENCODER)
-  model.update(encoder_defaults)
+  model.update(table.MODEL.get(name, {}))
   attention = tiny_settings(name)
   attention.update(overrides.pop("attention", None) or {})
   model.update(overrides)
@@ -148,7 +148,7 @@ def projected_attention(params, x_BxLxD, allowed_BxHxLxL):
   project = lambda w: jnp.einsum("bld,dhk->blhk", x_BxLxD, w)
   heads_BxLxHxK = masked_softmax_attention(project(wq), project(wk), project(wv),
                                            allowed_BxHxLxL)
-  return jnp.einsum("blhk,hkd->bld", heads_BxLxHxK, out["kernel"]) + out["bias"]
+  return jnp.einsum("blhk,hkd->bld", heads_BxLxHxK, out["kernel"]) + out["bias"][None, None]
 
 
 def linear_recurrence(a_N, b_LxN, *, reverse: bool = False):
@@ -161,6 +161,22 @@ def linear_recurrence(a_N, b_LxN, *, reverse: bool = False):
     state_N = a_N * state_N + b_LxN[t]
     states[t] = state_N
   return jnp.stack(states)
+
+
+def layer_norm(p, x_BxLxD):
+  """Flax's LayerNorm (epsilon 1e-6) written out, with its parameters p = {scale, bias}."""
+  mean = jnp.mean(x_BxLxD, -1, keepdims=True)
+  var = jnp.mean((x_BxLxD - mean) ** 2, -1, keepdims=True)
+  return (x_BxLxD - mean) / jnp.sqrt(var + 1e-6) * p["scale"][None, None] + p["bias"][None, None]
+
+
+def perturb(tree, seed: int = 9, scale: float = 0.1):
+  """Every leaf plus scale * N(0, 1): non-trivial norms and biases, so that wrong wiring
+  cannot hide behind ones and zeros."""
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
+  return jax.tree_util.tree_unflatten(
+      treedef, [x + scale * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
 
 
 # --- the traced program ---

@@ -4,16 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.bigbird  # noqa: F401  (registers "bigbird")
-from models import bigbird, transformer
+from models import bigbird, registry, transformer
 from models.settings import SettingError
-
-
-def _padded_mask(rng, batch, length):
-  """Real tokens first; the first example is full length, the others random."""
-  lengths = np.concatenate([[length], rng.integers(1, length + 1, size=batch - 1)])
-  return np.arange(length)[None, :] < lengths[:, None]
+from tests.helpers import array_shapes, projected_attention, random_mask
 
 
 def _dense_pattern(pattern, num_blocks, block, length, num_extra):
@@ -35,26 +28,17 @@ def _dense_pattern(pattern, num_blocks, block, length, num_extra):
 
 
 def _reference(params, x_BxLxD, mask_BxL, allowed_TxT):
-  """Plain masked softmax attention, head by head, with the module's own parameters."""
-  p = params["params"]
+  """Masked softmax attention with the module's own parameters over the dense pattern (ETC's
+  global tokens prepended to the sequence, then dropped from the output)."""
   num_extra = 0
-  if "global_tokens" in p:
-    tokens = p["global_tokens"]
+  if "global_tokens" in params["params"]:
+    tokens = params["params"]["global_tokens"]
     num_extra = tokens.shape[0]
     x_BxLxD = jnp.concatenate(
         [jnp.broadcast_to(tokens[None], (x_BxLxD.shape[0],) + tokens.shape), x_BxLxD], axis=1)
     mask_BxL = jnp.concatenate([jnp.ones((mask_BxL.shape[0], num_extra), bool), mask_BxL], 1)
-  wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
-  wo, bo = p["OutputProjection_0"]["out"]["kernel"], p["OutputProjection_0"]["out"]["bias"]
-  allowed_BxTxT = jnp.asarray(allowed_TxT)[None] & mask_BxL[:, None, :]
-  out = 0.0
-  for h in range(wq.shape[1]):
-    q, k, v = x_BxLxD @ wq[:, h], x_BxLxD @ wk[:, h], x_BxLxD @ wv[:, h]
-    scores = q @ jnp.swapaxes(k, 1, 2) / np.sqrt(q.shape[-1])
-    scores = scores - jnp.max(jnp.where(allowed_BxTxT, scores, -jnp.inf), -1, keepdims=True)
-    e = jnp.exp(jnp.where(allowed_BxTxT, scores, -jnp.inf))
-    out = out + ((e / jnp.sum(e, -1, keepdims=True)) @ v) @ wo[h]
-  return (out + bo[None, None, :])[:, num_extra:]
+  allowed_BxHxTxT = jnp.asarray(allowed_TxT)[None, None] & mask_BxL[:, None, None, :]
+  return projected_attention(params, x_BxLxD, allowed_BxHxTxT)[:, num_extra:]
 
 
 def _pattern_of(mixer, length):
@@ -75,7 +59,7 @@ def _pattern_of(mixer, length):
 def test_matches_dense_reference(mode, length, window, num_random, num_global):
   rng = np.random.default_rng(length)
   x = jnp.asarray(rng.normal(size=(3, length, 12)), jnp.float32)
-  mask = jnp.asarray(_padded_mask(rng, 3, length))
+  mask = jnp.asarray(random_mask(rng, 3, length))
   mixer = bigbird.BigBirdAttention(num_heads=3, qkv_dim=12, block_size=4, window_blocks=window,
                                    num_random_blocks=num_random, num_global_blocks=num_global,
                                    mode=mode, num_extra_global=3, layer_index=1, seed=5)
@@ -155,7 +139,7 @@ def test_random_pattern_is_fixed_per_layer_and_seed():
 def test_equals_full_attention_when_the_pattern_covers_everything(length):
   rng = np.random.default_rng(length)
   x = jnp.asarray(rng.normal(size=(3, length, 12)), jnp.float32)
-  mask = jnp.asarray(_padded_mask(rng, 3, length))
+  mask = jnp.asarray(random_mask(rng, 3, length))
   mixer = bigbird.BigBirdAttention(num_heads=3, qkv_dim=12, block_size=4)
   params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
   full = transformer.FullAttention(num_heads=3, qkv_dim=12)
@@ -165,77 +149,28 @@ def test_equals_full_attention_when_the_pattern_covers_everything(length):
 
 
 @pytest.mark.parametrize("mode", ["itc", "etc"])
-def test_padded_positions_do_not_leak(mode):
-  rng = np.random.default_rng(1)
-  length = 22
-  x = rng.normal(size=(2, length, 8)).astype(np.float32)
-  mask = np.arange(length)[None, :] < np.array([[15], [9]])
-  mixer = bigbird.BigBirdAttention(num_heads=2, qkv_dim=8, block_size=4, num_random_blocks=1,
-                                   mode=mode, num_extra_global=2)
-  params = mixer.init(jax.random.PRNGKey(0), jnp.asarray(x), jnp.asarray(mask),
-                      deterministic=True)
-  out = mixer.apply(params, jnp.asarray(x), jnp.asarray(mask), deterministic=True)
-  noisy = np.where(mask[..., None], x, 100.0 * rng.normal(size=x.shape)).astype(np.float32)
-  out_noisy = mixer.apply(params, jnp.asarray(noisy), jnp.asarray(mask), deterministic=True)
-  np.testing.assert_allclose(np.where(mask[..., None], out_noisy, 0.0),
-                             np.where(mask[..., None], out, 0.0), rtol=1e-5, atol=1e-5)
-
-
-def _all_shapes(jaxpr):
-  """Shapes of every value computed in a jaxpr, nested calls included."""
-  for eqn in jaxpr.eqns:
-    yield from (v.aval.shape for v in eqn.outvars)
-    for param in eqn.params.values():
-      for sub in param if isinstance(param, (tuple, list)) else [param]:
-        if isinstance(sub, jax.extend.core.ClosedJaxpr):
-          yield from _all_shapes(sub.jaxpr)
-        elif isinstance(sub, jax.extend.core.Jaxpr):
-          yield from _all_shapes(sub)
-
-
-@pytest.mark.parametrize("mode", ["itc", "etc"])
-def test_no_length_squared_intermediate(mode):
+def test_largest_array_is_linear_in_length(mode):
+  """Training memory is O(L): (window + random + global) blocks of keys per query block, in
+  both modes (the contract's shape walk covers only the default ITC mode). The bound also
+  rules out any L x L array (512 * 512 > 2 * 512 * 8 * 8)."""
   length, block = 512, 8
   x = jnp.zeros((1, length, 8), jnp.float32)
   mask = jnp.ones((1, length), bool)
   mixer = bigbird.BigBirdAttention(num_heads=2, qkv_dim=8, block_size=block, mode=mode,
                                    num_extra_global=4)
-  params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+  params = jax.eval_shape(lambda: mixer.init(jax.random.PRNGKey(0), x, mask,
+                                             deterministic=True))
   grad = jax.grad(lambda p: jnp.sum(mixer.apply(p, x, mask, deterministic=True)))
-  shapes = list(_all_shapes(jax.make_jaxpr(grad)(params).jaxpr))
-  assert not [s for s in shapes if sum(d >= length for d in s) >= 2]
-  # The largest array is linear in L: (window + random + global) blocks per query block.
+  shapes = list(array_shapes(jax.make_jaxpr(grad)(params).jaxpr))
   assert max(int(np.prod(s)) for s in shapes) <= 2 * length * (3 + 3 + 2) * block
 
 
-def test_dropout_only_when_training():
-  rng = np.random.default_rng(0)
-  x = jnp.asarray(rng.normal(size=(2, 20, 8)), jnp.float32)
-  mask = jnp.ones((2, 20), bool)
-  mixer = bigbird.BigBirdAttention(num_heads=2, qkv_dim=8, block_size=4, dropout_rate=0.5)
-  params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
-  quiet = mixer.apply(params, x, mask, deterministic=True)
-  noisy = mixer.apply(params, x, mask, deterministic=False,
-                      rngs={"dropout": jax.random.PRNGKey(1)})
-  assert not np.allclose(quiet, noisy)
-
-
-def test_bad_settings_are_errors():
-  for bad in (dict(window_blocks=2), dict(mode="itx"), dict(block_size=0)):
-    with pytest.raises(SettingError, match=f"attention.{next(iter(bad))}="):
-      bigbird.BigBirdAttention(num_heads=1, qkv_dim=4, **bad)
-
-
-@pytest.mark.parametrize("mode", ["itc", "etc"])
-def test_builds_in_the_encoder(mode):
-  model = models.build(dict(name="bigbird", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32,
-                            num_layers=2, attention=dict(block_size=4, mode=mode,
-                                                         num_extra_global=2)),
-                       vocab_size=20, num_classes=5, max_len=30, pair=False)
-  tokens = np.random.default_rng(0).integers(1, 20, size=(3, 30))
-  tokens[1, 17:] = 0
-  params = model.init(jax.random.PRNGKey(0), jnp.asarray(tokens))
-  logits = model.apply(params, jnp.asarray(tokens))
-  assert logits.shape == (3, 5) and logits.dtype == jnp.float32
-  assert "bigbird" in models.registry.names()
-  assert models.registry.default_settings("bigbird")["block_size"] == 64
+def test_settings():
+  """BigBird's own checks (tests/test_models.py tries every setting's generic bad values) and
+  the paper's block size as the default."""
+  assert registry.default_settings("bigbird")["block_size"] == 64
+  make = lambda **kw: bigbird.BigBirdAttention(num_heads=1, qkv_dim=4, **kw)
+  with pytest.raises(SettingError, match="attention.window_blocks=2 .*odd"):
+    make(window_blocks=2)
+  with pytest.raises(SettingError, match="attention.num_extra_global=0 .*mode 'etc'"):
+    make(mode="etc", num_extra_global=0)

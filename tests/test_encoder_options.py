@@ -12,14 +12,14 @@ from lra.data import tasks
 from lra.training import checkpoint, trainer
 from models import encoder, registry
 from models.settings import SettingError
-from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import padded_tokens, run_once as _run
+from tests import helpers
+from tests.helpers import layer_norm, perturb, run_once as _run
 
 VOCAB, LENGTH, DIM = 20, 12, 8
 
 
 def _tokens(seed=0, batch=4):
-  return padded_tokens(VOCAB, LENGTH, seed, batch)
+  return helpers.padded_tokens(VOCAB, LENGTH, seed, batch)
 
 
 def _model(**kw):
@@ -27,20 +27,6 @@ def _model(**kw):
                   num_layers=2, dropout_rate=0.0, attention_dropout_rate=0.0)
   settings.update(kw)
   return models.build(settings, vocab_size=VOCAB, num_classes=3, max_len=LENGTH, pair=False)
-
-
-def _perturb(tree, seed=9, scale=0.1):
-  """Non-trivial norms and biases, so wrong wiring cannot hide behind ones and zeros."""
-  leaves, treedef = jax.tree_util.tree_flatten(tree)
-  keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-  return jax.tree_util.tree_unflatten(
-      treedef, [x + scale * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
-
-
-def _layer_norm(p, x):
-  mean = jnp.mean(x, -1, keepdims=True)
-  var = jnp.mean((x - mean) ** 2, -1, keepdims=True)
-  return (x - mean) / jnp.sqrt(var + 1e-6) * p["scale"][None, None] + p["bias"][None, None]
 
 
 # ----------------------------------------------------------------------------- chunked MLP
@@ -79,7 +65,7 @@ def test_chunked_mlp_hidden_exists_one_chunk_at_a_time():
   params = mlp.init(jax.random.PRNGKey(0), x, deterministic=True)
   loss = lambda p, x: jnp.sum(mlp.apply(p, x, deterministic=False,
                                         rngs={"dropout": jax.random.PRNGKey(1)}))
-  shapes = set(array_shapes(jax.make_jaxpr(jax.grad(loss, (0, 1)))(params, x).jaxpr))
+  shapes = set(helpers.array_shapes(jax.make_jaxpr(jax.grad(loss, (0, 1)))(params, x).jaxpr))
   wide = [s for s in shapes if len(s) >= 3 and s[-1] == hidden]
   assert wide and all(np.prod(s[:-1]) <= 2 * length // chunks for s in wide), wide
 
@@ -89,7 +75,7 @@ def test_chunked_ffn_model_equals_plain_model():
   tokens = _tokens()
 
   def run(tokens):
-    params = _perturb(plain.init(jax.random.PRNGKey(0), tokens))
+    params = perturb(plain.init(jax.random.PRNGKey(0), tokens))
     loss = lambda m: lambda p: jnp.sum(m.apply(p, tokens) ** 2)
     return [(m.apply(params, tokens), jax.grad(loss(m))(params)) for m in (plain, chunked)]
 
@@ -121,14 +107,14 @@ def test_post_norm_and_no_feed_forward_blocks_are_the_formulas():
   def by_hand(name, p):
     mix = lambda h: mixer.apply({"params": p["mixer"]}, h, mask, deterministic=True)
     if name == "pre_no_ffn":
-      return x + mix(_layer_norm(p["LayerNorm_0"], x))
-    h = _layer_norm(p["LayerNorm_0"], x + mix(x))
-    return h if name == "post_no_ffn" else _layer_norm(p["LayerNorm_1"], h + mlp(p["MLP_0"], h))
+      return x + mix(layer_norm(p["LayerNorm_0"], x))
+    h = layer_norm(p["LayerNorm_0"], x + mix(x))
+    return h if name == "post_no_ffn" else layer_norm(p["LayerNorm_1"], h + mlp(p["MLP_0"], h))
 
   def run(x):
     out = {}
     for name, block in blocks.items():
-      params = _perturb(block.init(jax.random.PRNGKey(0), x, mask, deterministic=True))
+      params = perturb(block.init(jax.random.PRNGKey(0), x, mask, deterministic=True))
       out[name] = (params, block.apply(params, x, mask, deterministic=True),
                    by_hand(name, params["params"]))
     return out
@@ -160,7 +146,7 @@ def test_batch_norm_statistics_count_real_tokens_only():
 
   def run(tokens, noise):
     variables = model.init(jax.random.PRNGKey(0), tokens)
-    params = _perturb({"params": variables["params"]})
+    params = perturb({"params": variables["params"]})
     train = lambda t: model.apply({**params, "batch_stats": variables["batch_stats"]}, t, mask,
                                   deterministic=False, mutable=["batch_stats"])
     return params, variables["batch_stats"], train(tokens), train(noise)

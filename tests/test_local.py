@@ -7,16 +7,7 @@ import pytest
 import models
 import models.local  # registers "local" even before models/__init__ imports it
 from models import registry, transformer
-from models.settings import SettingError
-
-
-def _random_mask(rng, batch, length):
-  """Trailing padding in most rows, holes in the middle of the last one; >= 1 real token."""
-  lengths = rng.integers(1, length + 1, size=batch)
-  mask = np.arange(length)[None, :] < lengths[:, None]
-  mask[-1] = rng.random(length) < 0.6
-  mask[-1, rng.integers(length)] = True
-  return mask
+from tests.helpers import projected_attention, random_mask
 
 
 def _pattern_LxL(length, block, overlap):
@@ -27,29 +18,17 @@ def _pattern_LxL(length, block, overlap):
 
 
 def _reference(params, x_BxLxD, mask_BxL, block, overlap):
-  """Plain masked softmax attention, head by head; zero at padded queries (no NaN there)."""
-  p = params["params"]
-  wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
-  wo, bo = p["OutputProjection_0"]["out"]["kernel"], p["OutputProjection_0"]["out"]["bias"]
-  length = x_BxLxD.shape[1]
-  allowed_BxLxL = (jnp.asarray(_pattern_LxL(length, block, overlap))[None]
-                   & mask_BxL[:, None, :])
-  out = jnp.zeros(x_BxLxD.shape, jnp.float32)
-  for h in range(wq.shape[1]):
-    q, k, v = x_BxLxD @ wq[:, h], x_BxLxD @ wk[:, h], x_BxLxD @ wv[:, h]
-    scores = q @ jnp.swapaxes(k, 1, 2) / np.sqrt(q.shape[-1])
-    top = jnp.max(jnp.where(allowed_BxLxL, scores, -1e30), -1, keepdims=True)
-    e = jnp.where(allowed_BxLxL, jnp.exp(jnp.where(allowed_BxLxL, scores - top, 0.0)), 0.0)
-    total = jnp.sum(e, -1, keepdims=True)
-    out = out + ((e / jnp.where(total > 0, total, 1.0)) @ v) @ wo[h]
-  out = out + bo[None, None, :]
-  return jnp.where(mask_BxL[:, :, None], out, 0.0)
+  """Masked softmax attention over the local pattern; zero at padded queries."""
+  allowed_BxHxLxL = (jnp.asarray(_pattern_LxL(x_BxLxD.shape[1], block, overlap))[None, None]
+                     & mask_BxL[:, None, None, :])
+  return jnp.where(mask_BxL[:, :, None], projected_attention(params, x_BxLxD, allowed_BxHxLxL),
+                   0.0)
 
 
 def _setup(length, block, overlap, seed=0, heads=2, dim=8):
   rng = np.random.default_rng(seed + 100 * length + block)
   x = jnp.asarray(rng.normal(size=(3, length, dim)), jnp.float32)
-  mask = jnp.asarray(_random_mask(rng, 3, length))
+  mask = jnp.asarray(random_mask(rng, 3, length, full_first=False, hole=True))
   mixer = models.local.LocalAttention(num_heads=heads, qkv_dim=dim, block_size=block,
                                       overlap=overlap)
   # Compiled once: on a busy CPU op-by-op dispatch of the blocked code costs more than jit.
@@ -112,28 +91,6 @@ def test_one_block_is_full_attention(block, overlap):
                              rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("overlap", [False, True])
-def test_padded_keys_get_no_weight(overlap):
-  rng, x, mask, mixer, params = _setup(13, 4, overlap)
-  noise = jnp.asarray(rng.normal(size=x.shape) * 10, jnp.float32)
-  x_noisy = jnp.where(mask[:, :, None], x, noise)
-  keep = np.asarray(mask)
-  np.testing.assert_allclose(np.asarray(_apply(mixer, params, x_noisy, mask))[keep],
-                             np.asarray(_apply(mixer, params, x, mask))[keep],
-                             rtol=1e-5, atol=1e-5)
-
-
-def test_dropout_is_seeded_and_drops():
-  _, x, mask, _, params = _setup(13, 4, True)
-  mixer = models.local.LocalAttention(num_heads=2, qkv_dim=8, block_size=4, overlap=True,
-                                      dropout_rate=0.5)
-  drop = jax.jit(lambda key: mixer.apply(params, x, mask, deterministic=False,
-                                         rngs={"dropout": key}))
-  a, b = drop(jax.random.PRNGKey(1)), drop(jax.random.PRNGKey(1))
-  np.testing.assert_array_equal(a, b)
-  assert not np.allclose(a, _apply(mixer, params, x, mask))
-
-
 def _model(**kw):
   settings = dict(name="local", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32, num_layers=1,
                   dropout_rate=0.1, attention_dropout_rate=0.1,
@@ -145,7 +102,7 @@ def _model(**kw):
 def test_trains_in_the_encoder():
   model = _model()
   rng = np.random.default_rng(0)
-  tokens = np.where(_random_mask(rng, 4, 22), rng.integers(1, 20, size=(4, 22)), 0)
+  tokens = np.where(random_mask(rng, 4, 22, hole=True), rng.integers(1, 20, size=(4, 22)), 0)
   tokens, labels = jnp.asarray(tokens), jnp.asarray(rng.integers(0, 5, size=4))
   params = jax.jit(model.init)(jax.random.PRNGKey(0), tokens)
   assert jax.jit(model.apply)(params, tokens).shape == (4, 5)
@@ -166,9 +123,5 @@ def test_trains_in_the_encoder():
 
 
 def test_settings():
+  """The default (tests/test_models.py tries every setting's bad values)."""
   assert registry.default_settings("local") == {"block_size": 50, "overlap": False}
-  with pytest.raises(SettingError, match="block_size"):
-    _model(attention=dict(window=4))
-  for bad in (0, True):
-    with pytest.raises(SettingError, match="block_size"):
-      _model(attention=dict(block_size=bad))

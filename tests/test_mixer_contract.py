@@ -4,7 +4,9 @@ Parametrised over registry.names() plus named variants, with the tiny settings o
 tests/helpers.py (a mixer without an entry runs with its defaults): a new mixer is tested here
 with no edit. Each variant compiles one program that holds every check's computation; the
 checks then run on its results and a failure lists every broken check with its numbers.
-A mixer's own test file keeps only what is particular to it (its reference).
+Exemptions are named below with the mixer docstring's reason (LENGTH_DEPENDENT); a mixer
+without attention weights says so (ATTENTION_DROPOUT = False) and must then refuse
+attention dropout. A mixer's own test file keeps only what is particular to it (its reference).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 
 import models
 from models import registry
+from models.settings import SettingError
 from tests import helpers
 
 HEADS, QKV, WIDTH = 2, 8, 8
@@ -46,22 +49,12 @@ LENGTH_DEPENDENT = {
     # (models/nystromformer.py).
     "nystromformer",
     # "The sorting network has N outputs, so it is built for the number of blocks seen at
-    # init: apply the model at the padded length it was initialised with" (models/sinkhorn.py).
+    # init: apply the model at the padded length it was initialised with" (models/sinkhorn.py);
+    # the truncated input cannot even be applied (sort_kernel's shape is per block count).
     "sinkhorn",
-    # ITC: "the first ceil(num_global_blocks / 2) and last floor(num_global_blocks / 2) blocks
-    # are global" and the random blocks are drawn per number of blocks (models/bigbird.py):
-    # the last blocks of the padded sequence are not those of the truncated one.
-    "bigbird",
 }
-
-
-# Contract failures that are bugs in models/ for the lead to fix, not exemptions:
-# (variant, "mixer" or "classifier", check key) -> the finding.
-KNOWN_FINDINGS = {
-    ("linear_transformer", "mixer", "dropout"):
-        "declares dropout_rate (the encoder passes attention_dropout_rate) and never uses it: "
-        "a setting silently ignored (DESIGN.md rule 4)",
-}
+# (BigBird's pattern also depends on the number of blocks, but with the tiny settings the
+# truncated row sees every real key either way, so it passes and is not exempt.)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -84,7 +77,8 @@ def _split(variant):
 
 
 class _Harness(nn.Module):
-  """The mixer as the encoder builds it: its shared module (if any) made in this scope."""
+  """The mixer as the encoder builds it (registry.make with the encoder's fields), its shared
+  module (registry.make_shared, e.g. Linformer's layer-shared E) made in this scope."""
   mixer: str
   settings: dict
   dtype: str = "float32"
@@ -94,13 +88,17 @@ class _Harness(nn.Module):
     shared = registry.make_shared(self.mixer, self.settings, num_heads=HEADS, qkv_dim=QKV,
                                   dtype=self.dtype)
     module = registry.make(self.mixer, self.settings, num_heads=HEADS, qkv_dim=QKV,
-                           dropout_rate=DROPOUT, dtype=self.dtype, layer_index=1,
+                           dropout_rate=_dropout(self.mixer), dtype=self.dtype, layer_index=1,
                            shared=shared, name="mixer")
     return module(x_BxLxD, mask_BxL, deterministic=deterministic)
 
 
 def _takes_dropout(name: str) -> bool:
-  return "dropout_rate" in {f.name for f in registry.get(name).__dataclass_fields__.values()}
+  return registry.get(name).ATTENTION_DROPOUT
+
+
+def _dropout(name: str) -> float:
+  return DROPOUT if _takes_dropout(name) else 0.0
 
 
 def _inputs(length: int, seed: int):
@@ -151,8 +149,7 @@ def _relative_error(a, b, mask):
 
 class _Findings:
   """Collects every failed check (its key, what failed, the numbers), so one run reports them
-  all. A failure listed in KNOWN_FINDINGS makes the test xfail; once it passes, the test fails
-  until the entry is removed (strict)."""
+  all."""
 
   def __init__(self, variant: str):
     self.variant, self.failed = variant, {}
@@ -167,16 +164,8 @@ class _Findings:
     self.check(np.all(err <= atol), key, f"{what}: max |diff| {np.max(np.abs(a - b)):.3g}")
 
   def assert_none(self, level: str):
-    known = {k: v for (variant, lvl, k), v in KNOWN_FINDINGS.items()
-             if variant == self.variant and lvl == level}
-    new = {k: v for k, v in self.failed.items() if k not in known}
-    fixed = sorted(set(known) - set(self.failed))
-    assert not new, f"{self.variant} breaks the {level} contract:\n  " + \
-        "\n  ".join(f"[{k}] {v}" for k, v in new.items())
-    assert not fixed, f"{self.variant} now passes {fixed}: remove it from KNOWN_FINDINGS"
-    if known:
-      pytest.xfail("; ".join(f"[{k}] {self.failed[k]}: {known[k]}" for k in known))
-
+    assert not self.failed, f"{self.variant} breaks the {level} contract:\n  " + \
+        "\n  ".join(f"[{k}] {v}" for k, v in self.failed.items())
 
 
 def _finite(tree) -> bool:
@@ -210,11 +199,12 @@ def test_mixer_contract(variant):
   f.close(np.where(real, r["noisy"], 0), np.where(real, out, 0), "padding",
           "real outputs change with the padded content")
   if truncate:
-    f.close(r["truncated"][0], out[1, :SHORT], "truncation", "trailing padding differs from truncation")
+    f.close(r["truncated"][0], out[1, :SHORT], "truncation",
+            "trailing padding differs from truncation")
 
   # Dropout: finite, and (where the mixer has any) seeded by its key.
   dropped = r["dropped"]
-  f.check(_finite(dropped), "dropout", "non-finite outputs with dropout")
+  f.check(_finite(dropped), "dropout_finite", "non-finite outputs with dropout")
   if _takes_dropout(name):
     f.check(not np.allclose(dropped[0], dropped[1]), "dropout",
             f"two dropout keys give the same output (dropout_rate={DROPOUT})")
@@ -224,7 +214,7 @@ def test_mixer_contract(variant):
           f"non-finite gradients (row 3 is all padding): parameters {_finite(grads_p)}, "
           f"inputs {_finite(grads_x)}")
   padded_grad = np.abs(np.asarray(grads_x[0]))[~np.asarray(mask)]
-  f.check(np.all(padded_grad == 0), "padding",
+  f.check(np.all(padded_grad == 0), "padding_gradient",
           f"padded inputs get a gradient from real outputs (max {np.max(padded_grad):.3g})")
 
   out16 = r["bf16"]
@@ -242,8 +232,8 @@ def test_mixer_contract(variant):
   f.close(eager, out, "jit", "no-jit differs from jit", rtol=1e-4, atol=1e-5)
 
   # Where the mixer claims it: no array with two sequence-length axes, forward or backward.
-  module = registry.make(name, settings, num_heads=HEADS, qkv_dim=QKV, dropout_rate=DROPOUT,
-                         dtype="float32", layer_index=1)
+  module = registry.make(name, settings, num_heads=HEADS, qkv_dim=QKV,
+                         dropout_rate=_dropout(name), dtype="float32", layer_index=1)
   if getattr(module, "SUBQUADRATIC", False):
     squares = _square_shapes(harness, SQUARE_LENGTH)
     f.check(not squares, "subquadratic", f"claims SUBQUADRATIC but forms {squares[:3]}")
@@ -275,7 +265,9 @@ VOCAB, CLASSES = 20, 3
 
 
 def _encoder_variants():
-  return sorted({**_mixer_variants(), **ENCODER_VARIANTS})
+  """Every mixer, and the variants whose wiring in the encoder differs: a module shared by the
+  layers (Linformer's "layer" sharing) and reversible layers."""
+  return sorted([*registry.names(), "linformer-layer", *ENCODER_VARIANTS])
 
 
 @pytest.mark.parametrize("variant", _encoder_variants())
@@ -319,9 +311,25 @@ def test_classifier_contract(variant):
   f.check(_finite(logits), "finite", "non-finite logits")
   f.close(r["noisy"], logits, "padding", "logits change with the padded tokens")
   if truncate:
-    f.close(r["truncated"][0], logits[1], "truncation", "trailing padding differs from truncation")
+    f.close(r["truncated"][0], logits[1], "truncation",
+            "trailing padding differs from truncation")
   if encoder:
     f.check(_finite(r["dropped"]) and not np.allclose(r["dropped"][0], r["dropped"][1]),
             "dropout", "non-finite logits, or two dropout keys give the same")
     f.check(_finite(r["grads"]), "gradients", "non-finite gradients (row 3 is all padding)")
   f.assert_none("classifier")
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_a_mixer_without_attention_weights_refuses_attention_dropout(name):
+  """No setting is silently ignored: attention_dropout_rate > 0 either drops (checked above)
+  or, where there are no attention weights, is refused at build time."""
+  build = lambda rate: registry.make(name, helpers.tiny_settings(name), num_heads=HEADS,
+                                     qkv_dim=QKV, dropout_rate=rate, dtype="float32",
+                                     layer_index=1)
+  build(0.0)
+  if _takes_dropout(name):
+    build(DROPOUT)
+  else:
+    with pytest.raises(SettingError, match="attention_dropout_rate"):
+      build(DROPOUT)

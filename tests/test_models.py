@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import models
+from configs import table
 from models import common, registry, transformer
 from models.settings import SettingError
 
@@ -123,7 +124,9 @@ _TINY_MODEL = dict(emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=16, num_layers=1
 
 
 def _build(name, attention=None, **model):
-  return models.build(dict(name=name, attention=attention or {}, **{**_TINY_MODEL, **model}),
+  """The tiny model with the settings every task config gives `name` (configs/table.py)."""
+  model = {**_TINY_MODEL, **table.MODEL.get(name, {}), **model}
+  return models.build(dict(name=name, attention=attention or {}, **model),
                       vocab_size=10, num_classes=2, max_len=24, pair=False)
 
 

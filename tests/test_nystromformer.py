@@ -10,8 +10,8 @@ from models import common, registry, transformer
 from models.nystromformer import (NystromAttention, depthwise_conv, iterative_pinv,
                                   nystrom_attention)
 from models.settings import SettingError
-from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import build_and_apply, run_once as _run
+from tests.helpers import (array_shapes, masked_softmax_attention, noise_where_padded,
+                           run_once as _run)
 
 HEADS, DIM = 2, 8
 
@@ -52,11 +52,7 @@ def test_depthwise_conv_is_one_kernel_per_head():
 
 
 def _dense_attention(q, k, v, mask):
-  """Masked softmax attention written out, independent of models/ (float32, jnp)."""
-  logits = jnp.einsum("blhk,bmhk->bhlm", q, k) / np.sqrt(q.shape[-1])
-  logits = jnp.where(mask[:, None, None, :], logits, -jnp.inf)
-  e = jnp.exp(logits - logits.max(-1, keepdims=True))
-  return jnp.einsum("bhlm,bmhk->blhk", e / e.sum(-1, keepdims=True), v)
+  return masked_softmax_attention(q, k, v, mask[:, None, None, :])
 
 
 def test_one_landmark_per_token_is_full_attention():
@@ -136,63 +132,43 @@ def test_module_with_one_landmark_per_token_is_the_transformer():
                              atol=1e-5)
 
 
-def test_padding_is_inert_and_gradients_are_finite():
-  length, m = 11, 4  # not a multiple of m: three segments of 3, one of 2
-  rng = np.random.default_rng(3)
-  x = jnp.asarray(rng.normal(size=(3, length, DIM)), jnp.float32)
-  mask = np.ones((3, length), bool)
-  mask[1, 5:] = False  # trailing padding: the last landmarks are absent
-  mask[2, [1, 6, 7, 8]] = False  # holes, one whole segment
-  mask = jnp.asarray(mask)
-  noise = jnp.where(mask[..., None], x, jnp.asarray(rng.normal(size=x.shape) * 100, x.dtype))
-  cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
-  real = lambda y: jnp.where(mask[..., None], y, 0.0)
-  mixer = NystromAttention(num_heads=HEADS, qkv_dim=DIM, num_landmarks=m, conv_kernel=5)
-  mixer_bf16 = mixer.clone(dtype="bfloat16")
-
-  def run(x, noise):
-    params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
-    apply = lambda p, x: real(mixer.apply(p, x, mask, deterministic=True))
-    out, pullback = jax.vjp(apply, params, x)
-    bf16 = mixer_bf16.apply(params, x.astype(jnp.bfloat16), mask, deterministic=True)
-    return out, apply(params, noise), pullback(cotangent), bf16
-
-  out, out_noise, (param_grads, x_grads), bf16 = _run(run, x, noise)
-  assert out.shape == x.shape and np.all(np.isfinite(out))
-  np.testing.assert_allclose(out_noise, out, rtol=1e-5, atol=1e-5)
-  assert all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(param_grads))
-  assert np.all(np.isfinite(x_grads)) and np.all(np.asarray(x_grads)[~np.asarray(mask)] == 0)
-  assert np.any(param_grads["params"]["conv"] != 0)
-  assert bf16.dtype == jnp.bfloat16
-  np.testing.assert_allclose(np.asarray(real(bf16), np.float32), out, atol=0.1)
-
-
 def test_absent_landmarks_drop_out_exactly():
   """Trailing padding that empties whole segments equals the truncated input with fewer
-  landmarks over the same segments: absent landmarks leave the Nystrom product untouched."""
+  landmarks over the same segments: absent landmarks leave the Nystrom product untouched. A
+  hole that empties a middle segment (its landmark absent) is inert too."""
   rng = np.random.default_rng(4)
-  x = jnp.asarray(rng.normal(size=(1, 12, DIM)), jnp.float32)
-  mask = jnp.asarray(np.arange(12)[None] < 6)
+  x = jnp.asarray(rng.normal(size=(2, 12, DIM)), jnp.float32)
+  mask = np.arange(12)[None] < np.array([[6], [12]])
+  mask[1, 3:6] = False  # segment [3-5] of row 1 is all padding
+  noisy = noise_where_padded(x, mask, rng)
+  mask = jnp.asarray(mask)
   mixer = lambda m: NystromAttention(num_heads=HEADS, qkv_dim=DIM, num_landmarks=m,
                                      conv_kernel=3)
 
-  def run(x):
+  def run(x, noisy):
     params = mixer(4).init(jax.random.PRNGKey(0), x, mask, deterministic=True)
     # Segments of 3 either way: [0-2], [3-5] real, [6-8], [9-11] absent.
     return (mixer(4).apply(params, x, mask, deterministic=True),
-            mixer(2).apply(params, x[:, :6], mask[:, :6], deterministic=True))
+            mixer(4).apply(params, noisy, mask, deterministic=True),
+            mixer(2).apply(params, x[:1, :6], mask[:1, :6], deterministic=True))
 
-  padded, truncated = _run(run, x)
-  np.testing.assert_allclose(padded[:, :6], truncated, rtol=1e-5, atol=1e-6)
+  padded, padded_noisy, truncated = _run(run, x, noisy)
+  np.testing.assert_allclose(padded[:1, :6], truncated, rtol=1e-5, atol=1e-6)
+  real = np.asarray(mask)[..., None]
+  np.testing.assert_allclose(np.where(real, padded_noisy, 0), np.where(real, padded, 0),
+                             rtol=1e-5, atol=1e-5)
 
 
-def test_no_length_by_length_array():
+def test_landmark_factors_are_length_by_landmarks():
+  """The L x m and m x L factors, and no array with two axes of the length or of the length
+  padded to whole segments (the contract's shape walk sees only the exact length)."""
   length = 65  # with m = 8: segments of 9, padded to 72
   x, mask = jnp.ones((1, length, DIM), jnp.float32), jnp.ones((1, length), bool)
   mixer = NystromAttention(num_heads=HEADS, qkv_dim=DIM, num_landmarks=8, conv_kernel=5,
                            dropout_rate=0.1)
   params = jax.eval_shape(
       lambda x: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True), x)
+  assert params["params"]["conv"].shape == (5, HEADS)  # one kernel per head
   jaxpr = jax.make_jaxpr(lambda p, x: mixer.apply(p, x, mask, deterministic=False,
                                                   rngs={"dropout": jax.random.PRNGKey(0)}))(
       params, x).jaxpr
@@ -216,14 +192,3 @@ def test_settings_and_errors():
   with pytest.raises(SettingError, match="num_landmarks"):
     models.build(dict(name="nystromformer", attention=dict(landmarks=4)), vocab_size=5,
                  num_classes=2, max_len=8, pair=False)
-
-
-def test_build_init_apply():
-  model = models.build(
-      dict(name="nystromformer", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32, num_layers=2,
-           dropout_rate=0.1, attention_dropout_rate=0.1,
-           attention=dict(num_landmarks=4, conv_kernel=3)),
-      vocab_size=20, num_classes=5, max_len=24, pair=False)
-  params = build_and_apply(model, vocab_size=20, length=24, num_classes=5)
-  mixer_params = params["params"]["encoder"]["block_0"]["mixer"]
-  assert mixer_params["conv"].shape == (3, 2)

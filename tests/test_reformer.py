@@ -9,16 +9,16 @@ import models.reformer  # noqa: F401  (registers "reformer")
 from models import registry
 from models.reformer import ReformerAttention, hash_buckets, lsh_attention, random_rotations
 from models.settings import SettingError
-from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import build_and_apply, run_once as _run
+from tests import helpers
+from tests.helpers import run_once as _run
 
 
-def _mask(batch, length):
-  """Row 0 full, row 1 trailing padding, row 2 holes, row 3 a single real token."""
-  mask = np.ones((batch, length), bool)
-  mask[1, length - 5:] = False
-  mask[2, [1, 4, 5]] = False
-  mask[3, 1:] = False
+def _mask(length):
+  """4xL: helpers.contract_mask (full, trailing padding of 5, a hole at 2) with two more holes
+  in row 2 (4 and 5: adjacent), and row 3 a single real token (it has only itself to see)."""
+  mask = helpers.contract_mask(length, length - 5)
+  mask[2, [4, 5]] = False
+  mask[3, 0] = True
   return mask
 
 
@@ -39,30 +39,28 @@ def _window_mask(bucket_L, real_L, chunk, across):
 
 
 def _dense(qk_BxLxHxK, v_BxLxHxK, allowed_BxHxLxL):
-  """Dense shared-QK softmax attention over `allowed` (jnp, differentiable): keys are qk at
-  unit length, logits / sqrt(K); a query attends to itself only if it is allowed nothing else,
-  in which case its output is its own value."""
-  length, dim = qk_BxLxHxK.shape[1], qk_BxLxHxK.shape[-1]
+  """Dense shared-QK attention over `allowed` (helpers.masked_softmax_attention): keys are qk
+  at unit length; a query attends to itself only if it is allowed nothing else, in which case
+  its output is its own value."""
   k = qk_BxLxHxK / jnp.linalg.norm(qk_BxLxHxK, axis=-1, keepdims=True)
-  scores = jnp.einsum("blhk,bmhk->bhlm", qk_BxLxHxK, k) / np.sqrt(dim)
-  others = allowed_BxHxLxL & ~np.eye(length, dtype=bool)
-  weights = jax.nn.softmax(jnp.where(others, scores, -1e30), axis=-1)
-  out = jnp.einsum("bhlm,bmhk->blhk", weights, v_BxLxHxK)
+  others = allowed_BxHxLxL & ~np.eye(qk_BxLxHxK.shape[1], dtype=bool)
+  out = helpers.masked_softmax_attention(qk_BxLxHxK, k, v_BxLxHxK, others)
   has_other_BxLxHx1 = np.transpose(others.any(-1), (0, 2, 1))[..., None]
   return jnp.where(has_other_BxLxHx1, out, v_BxLxHxK)
 
 
 def _inputs(seed, batch, length, heads, dim):
-  rng = np.random.default_rng(seed)
-  qk, v, cot = (jnp.asarray(rng.normal(size=(batch, length, heads, dim)), jnp.float32)
-                for _ in range(3))
+  """qk, v and an output cotangent (BxLxHxK: helpers.padded_inputs' values, split three ways)
+  and the generator."""
+  x, _, rng = helpers.padded_inputs(length, 3 * heads * dim, seed, max(batch, 3))
+  qk, v, cot = jnp.moveaxis(x[:batch].reshape(batch, length, 3, heads, dim), 2, 0)
   return qk, v, cot, rng
 
 
 def test_one_bucket_one_chunk_is_full_attention_without_self():
   batch, length, heads, dim = 4, 9, 2, 4
   qk, v, cot, _ = _inputs(0, batch, length, heads, dim)
-  mask = _mask(batch, length)
+  mask = _mask(length)
   real = mask[:, :, None, None]
   one_bucket = jnp.zeros((batch, heads, 1, length), jnp.int32)
   allowed = np.broadcast_to(mask[:, None, None, :], (batch, heads, length, length))
@@ -90,7 +88,7 @@ def test_module_with_whole_window_is_full_shared_qk_attention():
   batch, length, width, heads = 4, 9, 8, 2
   rng = np.random.default_rng(1)
   x = jnp.asarray(rng.normal(size=(batch, length, width)), jnp.float32)
-  mask = _mask(batch, length)
+  mask = _mask(length)
   real = mask[:, :, None]
   mixer = ReformerAttention(num_heads=heads, qkv_dim=8, n_hashes=2, n_buckets=4,
                             chunk_len=16, attend_across_buckets=True)
@@ -111,11 +109,15 @@ def test_module_with_whole_window_is_full_shared_qk_attention():
             jax.grad(loss(reference), (0, 1))(params, x))
 
   out, ref, grads, ref_grads = _run(run, x)
+  # Shared QK: one query_key projection, no hash parameters (the rotations are drawn).
+  assert sorted(grads[0]["params"]) == ["OutputProjection_0", "query_key", "value"]
+  assert grads[0]["params"]["query_key"]["kernel"].shape == (width, heads, 8 // heads)
   keep = np.broadcast_to(real, out.shape)
   np.testing.assert_allclose(np.asarray(out)[keep], np.asarray(ref)[keep], rtol=1e-5,
                              atol=1e-5)
   for g, r in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
     np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+    assert np.abs(g).max() > 0  # every parameter (and the input) learns
 
 
 def test_hash_is_argmax_of_rotation_and_its_negation():
@@ -142,7 +144,7 @@ def test_hash_is_argmax_of_rotation_and_its_negation():
 def test_rounds_match_dense_attention_over_brute_force_sets(rounds, across):
   batch, length, heads, dim, chunk = 4, 13, 2, 4, 4  # 13 is not a multiple of the chunk
   qk, v, cot, rng = _inputs(4, batch, length, heads, dim)
-  mask = _mask(batch, length)
+  mask = _mask(length)
   real = mask[:, :, None, None]
   buckets = rng.integers(0, 3, size=(batch, heads, rounds, length))
   buckets_j = jnp.asarray(buckets, jnp.int32)
@@ -199,63 +201,30 @@ def test_rounds_match_dense_attention_over_brute_force_sets(rounds, across):
     assert np.abs(np.asarray(out) - np.asarray(out_nodedup))[keep].max() > 1e-3
 
 
-def _module_inputs(length=11, batch=3, width=8, seed=5):
-  rng = np.random.default_rng(seed)
-  x = jnp.asarray(rng.normal(size=(batch, length, width)), jnp.float32)
-  mask = np.ones((batch, length), bool)
-  mask[1, 6:] = False
-  mask[2, [2, 7]] = False
-  return x, jnp.asarray(mask), rng
-
-
-def test_padding_invariance_gradients_and_hash_randomness():
-  x, mask, rng = _module_inputs()
-  short = 6  # row 1's real tokens
+def test_hash_is_drawn_per_layer_and_per_training_step():
+  """Evaluation is deterministic; each layer hashes differently; training redraws the hash on
+  every step (from the dropout rng) unless redraw=False."""
+  x, mask, _ = helpers.padded_inputs(11, 8, seed=5)
   kw = dict(num_heads=2, qkv_dim=8, n_hashes=2, n_buckets=4, chunk_len=3)
   mixer = ReformerAttention(**kw)
   other_layer = ReformerAttention(layer_index=1, **kw)
   fixed = ReformerAttention(redraw=False, **kw)
-  noise = jnp.where(mask[..., None], x, jnp.asarray(rng.normal(size=x.shape) * 100, x.dtype))
-  real = lambda y: jnp.where(mask[..., None], y, 0.0)
 
-  def run(x, noise):
+  def run(x):
     params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
-    apply = lambda m, x, **kw: m.apply(params, x, mask, deterministic=True, **kw)
+    apply = lambda m: m.apply(params, x, mask, deterministic=True)
     train = lambda m, s: m.apply(params, x, mask, deterministic=False,
                                  rngs={"dropout": jax.random.PRNGKey(s)})
-    grads = jax.grad(lambda p, x: jnp.sum(real(mixer.apply(p, x, mask, deterministic=True))
-                                          ** 2), (0, 1))(params, x)
-    truncated = mixer.apply(params, x[1:2, :short], mask[1:2, :short], deterministic=True)
-    return dict(out=apply(mixer, x), again=apply(mixer, x), noise=apply(mixer, noise),
-                truncated=truncated, layer1=apply(other_layer, x), grads=grads,
+    return dict(out=apply(mixer), again=apply(mixer), layer1=apply(other_layer),
                 train0=train(mixer, 0), train1=train(mixer, 1), fixed=train(fixed, 0))
 
-  r = _run(run, x, noise)
+  r = _run(run, x)
   keep = np.asarray(mask)
   out = np.asarray(r["out"])
-  assert np.all(np.isfinite(out))
-  np.testing.assert_array_equal(r["again"], out)  # evaluation is deterministic
-  np.testing.assert_allclose(np.asarray(r["noise"])[keep], out[keep], rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(r["truncated"][0], out[1, :short], rtol=1e-5, atol=1e-5)
-  assert all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(r["grads"]))
-  assert np.abs(r["grads"][0]["params"]["query_key"]["kernel"]).max() > 0
-  # Each layer hashes differently; training redraws the hash per step unless redraw=False.
+  np.testing.assert_array_equal(r["again"], out)
   assert np.abs(np.asarray(r["layer1"]) - out)[keep].max() > 1e-4
   assert np.abs(np.asarray(r["train0"]) - np.asarray(r["train1"]))[keep].max() > 1e-4
   np.testing.assert_allclose(r["fixed"], out, rtol=1e-6, atol=1e-6)
-
-
-def test_no_length_by_length_array():
-  length = 256
-  x, mask = jnp.ones((1, length, 8), jnp.float32), jnp.ones((1, length), bool)
-  mixer = ReformerAttention(num_heads=2, qkv_dim=8, n_hashes=2, n_buckets=8, chunk_len=16)
-  params = jax.eval_shape(
-      lambda x: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True), x)
-  loss = lambda p, x: jnp.sum(mixer.apply(p, x, mask, deterministic=True))
-  jaxpr = jax.make_jaxpr(jax.value_and_grad(loss, (0, 1)))(params, x).jaxpr
-  shapes = list(array_shapes(jaxpr))
-  assert (1, 2, 2, 16, 16, 32) in shapes  # the chunked logits: BxHxRxNxcx2c
-  assert not [s for s in shapes if s.count(length) >= 2]
 
 
 def test_settings():
@@ -269,15 +238,3 @@ def test_settings():
   with pytest.raises(SettingError, match="n_buckets"):
     models.build(dict(name="reformer", attention=dict(buckets=4)), vocab_size=5,
                  num_classes=2, max_len=8, pair=False)
-
-
-def test_build_init_apply():
-  model = models.build(
-      dict(name="reformer", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32, num_layers=1,
-           dropout_rate=0.1, attention_dropout_rate=0.1,
-           attention=dict(n_hashes=2, n_buckets=4, chunk_len=4)),
-      vocab_size=20, num_classes=5, max_len=24, pair=False)
-  params = build_and_apply(model, vocab_size=20, length=24, num_classes=5)
-  mixer = params["params"]["encoder"]["block_0"]["mixer"]
-  assert sorted(mixer) == ["OutputProjection_0", "query_key", "value"]  # no hash parameters
-  assert mixer["query_key"]["kernel"].shape == (16, 2, 8)

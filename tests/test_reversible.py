@@ -13,14 +13,15 @@ import models.linformer  # noqa: F401  (registers "linformer")
 import models.local  # noqa: F401  (registers "local")
 from models import registry, reversible
 from models.settings import SettingError
-from tests.mixer_checks import padded_tokens, run_once as _run
+from tests import helpers
+from tests.helpers import layer_norm, run_once as _run
 
 VOCAB, LENGTH, DIM = 20, 12, 16
 _STACK = reversible.stack
 
 
 def _tokens(seed=0, batch=3):
-  return padded_tokens(VOCAB, LENGTH, seed, batch)
+  return helpers.padded_tokens(VOCAB, LENGTH, seed, batch)
 
 
 def _model(name="transformer", attention=None, **kw):
@@ -113,12 +114,6 @@ def test_stack_with_layers_of_different_shapes():
   _assert_trees_close(custom, autodiff, rtol=1e-5, atol=1e-6)
 
 
-def _layer_norm(p, x):
-  mean = jnp.mean(x, -1, keepdims=True)
-  var = jnp.mean((x - mean) ** 2, -1, keepdims=True)
-  return (x - mean) / jnp.sqrt(var + 1e-6) * p["scale"][None, None] + p["bias"][None, None]
-
-
 def test_outputs_follow_the_formula():
   """y1 = x1 + F(x2), y2 = x2 + G(y1) from x1 = x2 = embedding; then LN((y1 + y2) / 2)."""
   encoder = models.Encoder(vocab_size=VOCAB, max_len=LENGTH, mixer="transformer",
@@ -135,23 +130,19 @@ def test_outputs_follow_the_formula():
     x1 = x2 = x
     for i in range(2):
       b = p[f"block_{i}"]
-      x1 = x1 + mixer.apply({"params": b["mixer"]}, _layer_norm(b["LayerNorm_0"], x2), mask,
+      x1 = x1 + mixer.apply({"params": b["mixer"]}, layer_norm(b["LayerNorm_0"], x2), mask,
                             deterministic=True)
       mlp = b["MLP_0"]
-      h = jax.nn.gelu(_layer_norm(b["LayerNorm_1"], x1) @ mlp["Dense_0"]["kernel"]
+      h = jax.nn.gelu(layer_norm(b["LayerNorm_1"], x1) @ mlp["Dense_0"]["kernel"]
                       + mlp["Dense_0"]["bias"][None, None])
       x2 = x2 + h @ mlp["Dense_1"]["kernel"] + mlp["Dense_1"]["bias"][None, None]
-    out = _layer_norm(p["final_norm"], (x1 + x2) / 2)
+    out = layer_norm(p["final_norm"], (x1 + x2) / 2)
     w = mask[..., None].astype(jnp.float32)
     return jnp.sum(out * w, 1) / jnp.sum(w, 1)
 
   def run(tokens):
     params = encoder.init(jax.random.PRNGKey(0), tokens)
-    # Non-trivial norms, so a wrong wiring cannot hide behind scale 1 and bias 0.
-    leaves, tree = jax.tree_util.tree_flatten(params)
-    keys = jax.random.split(jax.random.PRNGKey(9), len(leaves))
-    params = jax.tree_util.tree_unflatten(
-        tree, [x + 0.1 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
+    params = helpers.perturb(params)  # non-trivial norms: wiring cannot hide behind 1 and 0
     return encoder.apply(params, tokens), by_hand(params)
 
   out, ref = _run(run, tokens)
@@ -171,8 +162,7 @@ def _train_step_temp_bytes(reversible_layers: bool, num_layers: int) -> int:
     loss = lambda p: jnp.sum(model.apply(p, tokens, deterministic=False, rngs={"dropout": key}))
     return jax.value_and_grad(loss)(params)
 
-  compiled = jax.jit(step).lower(params, tokens, jax.random.PRNGKey(0)).compile(
-      {"xla_backend_optimization_level": 0})
+  compiled = helpers.compile_once(step, params, tokens, jax.random.PRNGKey(0))
   return compiled.memory_analysis().temp_size_in_bytes
 
 

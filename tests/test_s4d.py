@@ -14,15 +14,10 @@ from lra.training import optim
 from models import registry
 from models.s4d import S4D, ssm_kernel
 from models.settings import SettingError
-from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import padded_inputs, run_once as _run
+from tests import helpers
+from tests.helpers import run_once as _run
 
 DIM, LENGTH, STATE = 5, 7, 6  # D channels, L positions, N state size (3 conjugate pairs)
-
-
-def _inputs(seed=0, batch=3):
-  x, mask, rng = padded_inputs(LENGTH, DIM, seed, batch)
-  return x, jnp.asarray(mask), rng
 
 
 def _randomised(params, rng):
@@ -43,7 +38,8 @@ def _gelu(x):
 
 
 def _reference(params, x_BxLxD, mask_BxL, bidirectional):
-  """The SSM as a recurrence, one position at a time, then GELU and the linear GLU."""
+  """The SSM as a recurrence, one position at a time (helpers.linear_recurrence: x_k =
+  dA x_{k-1} + dB u_k, y_k = 2 Re(C x_k)), then GELU and the linear GLU."""
   p = params["params"]
   u = jnp.where(mask_BxL[..., None], x_BxLxD, 0.0)
   dt = jnp.exp(p["log_dt"])[:, None]                               # D x 1
@@ -52,21 +48,14 @@ def _reference(params, x_BxLxD, mask_BxL, bidirectional):
   c = p["C"][..., 0] + 1j * p["C"][..., 1]                         # directions x D x N/2
   da = jnp.exp(dt * a)
   db = (da - 1) / a * b
-  length = x_BxLxD.shape[1]
-  state = jnp.zeros(x_BxLxD.shape[:1] + a.shape, jnp.complex64)   # B x D x N/2
-  forward = []
-  for k in range(length):  # x_k = dA x_{k-1} + dB u_k,  y_k = 2 Re(C x_k)
-    state = da[None] * state + db[None] * u[:, k, :, None]
-    forward.append(2 * jnp.sum(c[0][None] * state, -1).real)
-  y = jnp.stack(forward, 1)
+  bu_LxBxDxN = db[None, None] * jnp.moveaxis(u, 1, 0)[..., None]
+  states = helpers.linear_recurrence(da[None], bu_LxBxDxN)  # a state per row: B x D x N/2
+  y_LxBxD = 2 * jnp.sum(c[0][None, None] * states, -1).real
   if bidirectional:  # the backward state at k holds u_{k+1}, u_{k+2}, ...
-    state = jnp.zeros_like(state)
-    backward = [None] * length
-    for k in reversed(range(length)):
-      backward[k] = 2 * jnp.sum(c[1][None] * state, -1).real
-      state = da[None] * state + db[None] * u[:, k, :, None]
-    y = y + jnp.stack(backward, 1)
-  y = _gelu(y + p["D"][None, None] * u)
+    states = helpers.linear_recurrence(da[None], bu_LxBxDxN, reverse=True)
+    after = jnp.concatenate([states[1:], jnp.zeros_like(states[:1])])
+    y_LxBxD = y_LxBxD + 2 * jnp.sum(c[1][None, None] * after, -1).real
+  y = _gelu(jnp.moveaxis(y_LxBxD, 0, 1) + p["D"][None, None] * u)
   w, bias = p["output_linear"]["kernel"], p["output_linear"]["bias"]
   h = jnp.einsum("bld,de->ble", y, w) + bias[None, None]
   return h[..., :DIM] * jax.nn.sigmoid(h[..., DIM:])
@@ -74,7 +63,7 @@ def _reference(params, x_BxLxD, mask_BxL, bidirectional):
 
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_fft_convolution_equals_the_recurrence(bidirectional):
-  x, mask, rng = _inputs()
+  x, mask, rng = helpers.padded_inputs(LENGTH, DIM)
   mixer = S4D(state_size=STATE, A_init="lin", bidirectional=bidirectional)
   cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
   params = _randomised(mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True), rng)
@@ -89,9 +78,13 @@ def test_fft_convolution_equals_the_recurrence(bidirectional):
 
   out, ref, grads, ref_grads = _run(run, params, x)
   assert params["params"]["C"].shape == (2 if bidirectional else 1, DIM, STATE // 2, 2)
+  assert params["params"]["output_linear"]["kernel"].shape == (DIM, 2 * DIM)
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
   for g, r in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
     np.testing.assert_allclose(g, r, rtol=2e-3, atol=2e-4)
+  # Every SSM parameter learns.
+  assert all(np.any(grads[0]["params"][k] != 0) for k in ("log_dt", "log_A_re", "A_im", "B",
+                                                          "C", "D"))
   if bidirectional:  # position 0 hears later positions only through the backward kernel
     one_way = dict(params["params"], C=params["params"]["C"].at[1].set(0.0))
     changed = mixer.apply({"params": one_way}, x, mask, deterministic=True)
@@ -101,7 +94,7 @@ def test_fft_convolution_equals_the_recurrence(bidirectional):
 @pytest.mark.parametrize("A_init", ["lin", "inv"])
 def test_vandermonde_kernel_equals_powers_in_a_loop(A_init):
   length = 50
-  x, mask, rng = _inputs()
+  x, mask, rng = helpers.padded_inputs(LENGTH, DIM)
   mixer = S4D(state_size=STATE, A_init=A_init)
   p = _randomised(mixer.init(jax.random.PRNGKey(1), x, mask, deterministic=True), rng)["params"]
   kernel = np.asarray(_run(lambda p: ssm_kernel(p["log_dt"], p["log_A_re"], p["A_im"], p["B"],
@@ -121,7 +114,7 @@ def test_vandermonde_kernel_equals_powers_in_a_loop(A_init):
 
 
 def test_initialisations_follow_the_paper():
-  x, mask, _ = _inputs()
+  x, mask, _ = helpers.padded_inputs(LENGTH, DIM)
   n, half = 8, np.arange(4)
   expected = {"lin": np.pi * half, "inv": n / np.pi * (n / (2 * half + 1) - 1)}
   mixers = {name: S4D(state_size=n, A_init=name, dt_min=0.01, dt_max=0.2) for name in expected}
@@ -169,48 +162,19 @@ def test_stays_stable_after_a_training_step():
     assert np.all(da_abs < 1)
 
 
-def test_padding_is_inert_and_gradients_are_finite():
-  x, mask, rng = _inputs(seed=1)
-  mixer = S4D(state_size=STATE)  # bidirectional: trailing padding lies in the backward path
-  noise = jnp.where(mask[..., None], x, jnp.asarray(rng.normal(size=x.shape) * 100, x.dtype))
-  cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
-  real = lambda y: jnp.where(mask[..., None], y, 0.0)
-  short = 4  # row 1's real tokens: trailing padding and truncation must agree
-
-  def run(x, noise):
-    params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
-    apply = lambda p, x: real(mixer.apply(p, x, mask, deterministic=True))
-    out, pullback = jax.vjp(apply, params, x)
-    truncated = mixer.apply(params, x[1:2, :short], mask[1:2, :short], deterministic=True)
-    half = S4D(state_size=STATE, dtype="bfloat16").apply(params, x.astype(jnp.bfloat16), mask,
-                                                          deterministic=True)
-    return out, apply(params, noise), pullback(cotangent), truncated, half
-
-  out, out_noise, grads, truncated, half = _run(run, x, noise)
-  # bfloat16 compute (the SSM itself stays float32) agrees to bfloat16 precision.
-  assert half.dtype == jnp.bfloat16
-  np.testing.assert_allclose(np.where(mask[..., None], half.astype(np.float32), 0), out,
-                             atol=0.05 * np.abs(out).max())
-  assert out.shape == x.shape and np.all(np.isfinite(out))
-  np.testing.assert_allclose(out_noise, out, rtol=1e-6, atol=1e-6)
-  np.testing.assert_allclose(truncated[0], out[1, :short], rtol=1e-4, atol=1e-5)
-  assert all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(grads))
-  assert np.all(np.asarray(grads[1])[~np.asarray(mask)] == 0)  # padded inputs get no gradient
-  assert all(np.any(grads[0]["params"][k] != 0) for k in ("log_dt", "log_A_re", "A_im", "B",
-                                                          "C", "D"))
-
-
-def test_no_length_by_length_array():
-  length = 64  # differs from DIM and STATE, so any L x L array shows up
+def test_no_array_of_length_squared_size():
+  """Stricter than the contract's walk (no two axes of length L): no array of L x L elements
+  at all; the largest is the D x N/2 x L Vandermonde matrix."""
+  length = 64  # differs from DIM and STATE
   x, mask = jnp.ones((1, length, DIM), jnp.float32), jnp.ones((1, length), bool)
   mixer = S4D(state_size=STATE)
   params = jax.eval_shape(
       lambda x: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True), x)
   jaxpr = jax.make_jaxpr(lambda p, x: mixer.apply(p, x, mask, deterministic=True))(
       params, x).jaxpr
-  shapes = list(array_shapes(jaxpr))
-  assert (DIM, STATE // 2, length) in shapes  # the Vandermonde matrix: D x N/2 x L
-  assert not [s for s in shapes if s.count(length) >= 2 or math.prod(s) >= length * length]
+  shapes = list(helpers.array_shapes(jaxpr))
+  assert (DIM, STATE // 2, length) in shapes
+  assert max(math.prod(s) for s in shapes) < length * length
 
 
 def test_settings_and_errors():
@@ -232,33 +196,3 @@ def test_settings_and_errors():
   with pytest.raises(SettingError, match="A_init"):
     models.build(dict(name="s4d", attention=dict(init="lin")), vocab_size=4, num_classes=2,
                  max_len=8, pair=False)
-
-
-def test_build_init_apply():
-  def build(**attention):
-    return models.build(
-        dict(name="s4d", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32, num_layers=2,
-             dropout_rate=0.1, attention_dropout_rate=0.1, positions="none", use_cls=False,
-             pooling="MEAN", attention=dict(state_size=4, **attention)),
-        vocab_size=20, num_classes=5, max_len=24, pair=False)
-  model, tied = build(), build(tie_dropout=True, bidirectional=False)
-  tokens = np.random.default_rng(0).integers(1, 20, size=(2, 24))
-  tokens[1, 5:] = 0
-  tokens = jnp.asarray(tokens)
-
-  def run(tokens):
-    params = model.init(jax.random.PRNGKey(0), tokens)
-    drop = lambda m, key: m.apply(params if m is model else tied_params, tokens,
-                                  deterministic=False, rngs={"dropout": key})
-    tied_params = tied.init(jax.random.PRNGKey(0), tokens)
-    return (params, model.apply(params, tokens), drop(model, jax.random.PRNGKey(1)),
-            drop(model, jax.random.PRNGKey(2)), drop(tied, jax.random.PRNGKey(1)),
-            drop(tied, jax.random.PRNGKey(2)))
-
-  params, logits, noisy, noisy2, tied1, tied2 = _run(run, tokens)
-  mixer_params = params["params"]["encoder"]["block_0"]["mixer"]
-  assert mixer_params["C"].shape == (2, 16, 2, 2) and mixer_params["log_dt"].shape == (16,)
-  assert mixer_params["output_linear"]["kernel"].shape == (16, 32)
-  assert logits.shape == (2, 5) and logits.dtype == jnp.float32
-  assert all(np.all(np.isfinite(a)) for a in (logits, noisy, tied1))
-  assert not np.allclose(noisy, noisy2) and not np.allclose(tied1, tied2)

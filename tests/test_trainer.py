@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import models
+
 from lra.data import batches, tasks
 from lra.training import optim, trainer
 from lra.errors import UserError
@@ -139,3 +141,16 @@ def test_train_order_is_a_fresh_permutation_each_epoch():
 def test_bad_batch_size_is_a_user_error(listops_dir, tmp_path):
   with pytest.raises(UserError, match="multiple of the device count"):
     trainer.train_and_evaluate(tiny_config(listops_dir, batch_size=12), str(tmp_path))
+
+
+def test_tiny_run_of_another_mixer_pools_without_cls(listops_dir, tmp_path):
+  """tiny_config serves any mixer; Transformer-XL's run pools by MEAN with no CLS token (a CLS
+  vector averaged into MEAN pooling was the drift configs/table.py fixed)."""
+  config = tiny_config(listops_dir, "transformer_xl", num_train_steps=2, eval_every=2)
+  results = trainer.train_and_evaluate(config, str(tmp_path))
+  model = results["config"]["model"]
+  assert (model["pooling"], model["use_cls"], model["positions"]) == ("MEAN", False, "none")
+  assert results["test_count"] == 70 and np.isfinite(results["test_loss"])
+  net = models.build(model, vocab_size=20, num_classes=10, max_len=40, pair=False)
+  params = jax.eval_shape(net.init, jax.random.PRNGKey(0), jnp.ones((2, 40), jnp.int32))
+  assert "cls" not in params["params"]["encoder"]
