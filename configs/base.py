@@ -38,7 +38,8 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.model.attention = ml_collections.ConfigDict(registry.default_settings(model))
   # Sizes (num_layers, emb_dim, qkv_dim, mlp_dim, num_heads) come per task from configs/table.py.
   c.model.dropout_rate = 0.1     # residual, MLP and embedding dropout
-  c.model.attention_dropout_rate = 0.1  # dropout on attention weights
+  # Dropout on attention weights; 0 for a mixer that has none (its ATTENTION_DROPOUT).
+  c.model.attention_dropout_rate = 0.1 if registry.takes_attention_dropout(model) else 0.0
   c.model.positions = "sinusoidal"  # "sinusoidal", "learned" or "none"
   c.model.use_cls = True         # prepend a zero-initialised CLS token
   c.model.pooling = "CLS"        # "CLS", "MEAN" or "SUM" (padding excluded)

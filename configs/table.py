@@ -53,10 +53,7 @@ TASK = {
 
 # Encoder settings a model needs on every task (the mixer's design; its docstring says why).
 MODEL = {
-    # The paper's post-LayerNorm block; no attention weights, so no attention dropout.
-    "fnet": dict(prenorm=False, attention_dropout_rate=0.0),
-    # The linear form never forms attention weights to drop.
-    "linear_transformer": dict(attention_dropout_rate=0.0),
+    "fnet": dict(prenorm=False),  # the paper's post-LayerNorm block
     "s4d": dict(positions="none"),  # the convolution encodes order
     # The recurrence encodes order and pools by the mean of the real tokens (no CLS token).
     "s5": dict(positions="none", pooling="MEAN", use_cls=False),

@@ -31,7 +31,7 @@ class Mixer(nn.Module):
   # contract test checks the traced program of every mixer that claims it).
   SUBQUADRATIC = False
   # False for a mixer with no attention weights to drop: it refuses attention_dropout_rate > 0
-  # instead of ignoring it (configs/table.py sets 0 for it).
+  # instead of ignoring it, and configs set 0 for it (registry.takes_attention_dropout).
   ATTENTION_DROPOUT = True
 
   def __post_init__(self):

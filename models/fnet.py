@@ -4,7 +4,7 @@
 
 over the L positions and the D features of each example: no parameters, no heads, no
 attention weights (so no attention dropout: it refuses attention_dropout_rate > 0, and
-configs/table.py sets 0). Cost O(L D (log L + log D)) through the FFT.
+configs set 0). Cost O(L D (log L + log D)) through the FFT.
 
 use_fft=False computes the same transform as products with DFT matrices,
 Re(F_L x F_D) = C_L x C_D - S_L x S_D with C = cos(2 pi j k / N), S = sin(2 pi j k / N): what the

@@ -131,6 +131,31 @@ def _static_fields(module: str, cls: str) -> dict[str, Any]:
   return fields
 
 
+def _static_constant(module: str, cls: str, attr: str) -> Any:
+  """The class constant `attr = <literal>` of models/`module`.`cls`, or of its nearest base
+  that sets it, read from the source; _MISSING if none does."""
+  node = _class_node(module, cls)
+  for item in node.body:
+    if isinstance(item, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == attr for t in item.targets):
+      return ast.literal_eval(item.value)
+  for base in node.bases:
+    location = _base_location(module, base)
+    value = _static_constant(*location, attr) if location else _MISSING
+    if value is not _MISSING:
+      return value
+  return _MISSING
+
+
+def takes_attention_dropout(name: str) -> bool:
+  """Whether mixer `name` has attention weights to drop (its ATTENTION_DROPOUT, models/common.py),
+  read without importing it: a config sets attention_dropout_rate 0 for one that has none."""
+  if name in _index():
+    value = _static_constant(*_index()[name], "ATTENTION_DROPOUT")
+    return True if value is _MISSING else bool(value)
+  return bool(getattr(get(name), "ATTENTION_DROPOUT", True))
+
+
 def names() -> list[str]:
   """Every mixer: those of models/ and those registered at run time."""
   return sorted(set(_index()) | set(_MIXERS))

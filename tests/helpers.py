@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from models import registry
+
 # Tiny settings per mixer (config.model.attention), the one table the contract test and
 # tiny_model() read. Block, chunk and segment sizes are 4 and projection sizes small, so the
 # test lengths (7, 13) span several blocks and are a multiple of none; a mixer missing here
@@ -44,6 +46,8 @@ def tiny_model(name: str, **overrides) -> dict:
   entries update the tiny settings."""
   from configs import table
   model = dict(name=name, **TINY_ENCODER)
+  if not registry.takes_attention_dropout(name):
+    model["attention_dropout_rate"] = 0.0  # it has no attention weights to drop
   model.update(table.MODEL.get(name, {}))
   attention = tiny_settings(name)
   attention.update(overrides.pop("attention", None) or {})
@@ -162,6 +166,26 @@ def linear_recurrence(a_N, b_LxN, *, reverse: bool = False):
     states[t] = state_N
   return jnp.stack(states)
 
+
+def mixer_against_reference(mixer, make_params, reference, x_BxLxD, mask_BxL, cotangent_BxLxD,
+                            *, grads: bool = True):
+  """A mixer's real outputs (padded positions zeroed) and reference(params, x), and (with
+  `grads`) the gradients of sum(output * cotangent) of each with respect to (params, x): one
+  compiled program. make_params(x) -> the mixer's variables. Returns (out, ref), (grads,
+  ref_grads) (empty tuples without `grads`)."""
+  real = jnp.asarray(mask_BxL)[..., None]
+  apply = lambda p, x: jnp.where(real, mixer.apply(p, x, jnp.asarray(mask_BxL),
+                                                   deterministic=True), 0.0)
+
+  def run(x):
+    params = make_params(x)
+    outs = tuple(f(params, x) for f in (apply, reference))
+    if not grads:
+      return outs, ((), ())
+    loss = lambda f: lambda p, x: jnp.sum(f(p, x) * cotangent_BxLxD)
+    return outs, tuple(jax.grad(loss(f), (0, 1))(params, x) for f in (apply, reference))
+
+  return run_once(run, x_BxLxD)
 
 def layer_norm(p, x_BxLxD):
   """Flax's LayerNorm (epsilon 1e-6) written out, with its parameters p = {scale, bias}."""

@@ -10,8 +10,8 @@ import models.lru  # noqa: F401  (registers "lru")
 from models import registry
 from models.lru import LRU, magnitude_and_phase
 from models.settings import SettingError
-from tests.jaxpr_shapes import array_shapes
-from tests.mixer_checks import build_and_apply, check_padding_inert, padded_inputs, run_once as _run
+from tests import helpers
+from tests.helpers import run_once as _run
 
 WIDTH, LENGTH = 4, 7  # odd length: the scan's tree is not a perfect power of two
 
@@ -67,64 +67,36 @@ def _reference(params, x, mask, mixer):
   p = params["params"]
   lam = jnp.exp(-jnp.exp(p["nu_log"]) + 1j * jnp.exp(p["theta_log"]))
   b = (p["B"][..., 0] + 1j * p["B"][..., 1]) * jnp.exp(p["gamma_log"])[:, None]
-  c = p["C"][..., 0] + 1j * p["C"][..., 1]
-  dense = lambda name, h: h @ p[name]["kernel"] + p[name]["bias"][None, :]
-  out = jnp.zeros(x.shape)
-  for row in range(x.shape[0]):
-    real = np.flatnonzero(mask[row])
-    u = x[row, real]
-    states, s = [], jnp.zeros(lam.shape, lam.dtype)
-    for t in range(len(real)):
-      s = lam * s + b @ u[t]
-      states.append(s)
-    y = [jnp.real(c @ s) for s in states]
-    if mixer.bidirectional:
-      c2 = p["C_reverse"][..., 0] + 1j * p["C_reverse"][..., 1]
-      s = jnp.zeros(lam.shape, lam.dtype)
-      for t in reversed(range(len(real))):
-        s = lam * s + b @ u[t]
-        y[t] = y[t] + jnp.real(c2 @ s)
-    g = jax.nn.gelu(jnp.stack(y) + p["D"][None, :] * u)
-    out = out.at[row, real].set(dense("value", g) * jax.nn.sigmoid(dense("gate", g)))
-  return out
-
-
-def _inputs(seed=0, batch=3):
-  return padded_inputs(LENGTH, WIDTH, seed, batch)
+  cs = [p[k][..., 0] + 1j * p[k][..., 1] for k in ("C", "C_reverse") if k in p]
+  glu = lambda g: (g @ p["value"]["kernel"] + p["value"]["bias"][None]) * jax.nn.sigmoid(
+      g @ p["gate"]["kernel"] + p["gate"]["bias"][None])
+  rows = []
+  for x_LxH, real_L in zip(x, mask):  # h_t = Lambda h_{t-1} + B u_t, y_t = Re(C h_t)
+    u = x_LxH[real_L]
+    y = sum(jnp.real(helpers.linear_recurrence(lam, u @ b.T, reverse=reverse) @ c.T)
+            for c, reverse in zip(cs, (False, True)))  # C_reverse reads the reverse scan
+    rows.append(jnp.zeros(x_LxH.shape).at[real_L].set(glu(jax.nn.gelu(y + p["D"][None] * u))))
+  return jnp.stack(rows)
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_scan_matches_sequential_loop(bidirectional):
-  x, mask, rng = _inputs()
+  x, mask, rng = helpers.padded_inputs(LENGTH, WIDTH)
   mixer = LRU(state_size=6, bidirectional=bidirectional)
   cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
-  real = jnp.asarray(mask)[..., None]
-
-  def run(x):
-    params = _mixer_params(mixer, x, jnp.asarray(mask), seed=1)
-    loss = lambda p, x: jnp.sum(jnp.where(real, mixer.apply(p, x, jnp.asarray(mask),
-                                                            deterministic=True), 0) * cotangent)
-    ref_loss = lambda p, x: jnp.sum(_reference(p, x, mask, mixer) * cotangent)
-    out = mixer.apply(params, x, jnp.asarray(mask), deterministic=True)
-    return (out, _reference(params, x, mask, mixer), jax.grad(loss, (0, 1))(params, x),
-            jax.grad(ref_loss, (0, 1))(params, x))
-
-  out, ref, grads, ref_grads = _run(run, x)
-  np.testing.assert_allclose(np.where(mask[..., None], out, 0), ref, rtol=1e-4, atol=1e-5)
+  (out, ref), (grads, ref_grads) = helpers.mixer_against_reference(
+      mixer, lambda x: _mixer_params(mixer, x, jnp.asarray(mask), seed=1),
+      lambda p, x: _reference(p, x, mask, mixer), x, mask, cotangent, grads=True)
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
   assert np.abs(ref).max() > 0.1  # not a trivially small output
   flat, ref_flat = jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)
   assert len(flat) == len(ref_flat) == 11 + bidirectional  # 10 or 11 params, and x
+  names = ["B", "C", "D", "gamma_log", "gate", "nu_log", "theta_log", "value"]
+  assert sorted(grads[0]["params"]) == sorted(names + ["C_reverse"] * bidirectional)
+  assert set(LRU.OPTIMIZER_GROUP) <= set(grads[0]["params"])
   for g, r in zip(flat, ref_flat):
     np.testing.assert_allclose(g, r, rtol=1e-3, atol=1e-5)
-
-
-def test_padding_is_inert_and_gradients_are_finite():
-  x, mask, rng = _inputs(seed=2)
-  mask = jnp.asarray(mask)
-  mixer = LRU(state_size=6, bidirectional=True)
-  # Row 1 has 4 real tokens: trailing padding must equal truncation.
-  check_padding_inert(mixer, lambda x: _mixer_params(mixer, x, mask, seed=3), x, mask, rng,
-                      short=4)
+    assert np.any(g != 0)  # every parameter learns
 
 
 def _classifier(**settings):
@@ -162,27 +134,6 @@ def test_stable_after_initialisation_and_a_huge_training_step():
     assert np.all(np.exp(np.float64(m["nu_log"])) > 0)
   moved = np.asarray(mixer(after)["nu_log"]) - np.asarray(mixer(before)["nu_log"])
   assert np.all(np.abs(moved) > 0.5)  # the step was large indeed
-
-
-def test_build_init_apply_with_dropout():
-  model = _classifier(bidirectional=True)
-  params = build_and_apply(model, vocab_size=12, length=10, num_classes=3)
-  mixer = params["params"]["encoder"]["block_0"]["mixer"]
-  assert sorted(mixer) == ["B", "C", "C_reverse", "D", "gamma_log", "gate", "nu_log",
-                           "theta_log", "value"]
-  assert all(name in mixer for name in LRU.OPTIMIZER_GROUP)
-
-
-def test_no_length_by_length_array():
-  length = 64
-  x, mask = jnp.ones((1, length, 16), jnp.float32), jnp.ones((1, length), bool)
-  mixer = LRU(state_size=8, bidirectional=True)
-  params = jax.eval_shape(
-      lambda x: mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True), x)
-  jaxpr = jax.make_jaxpr(lambda p, x: mixer.apply(p, x, mask, deterministic=True))(
-      params, x).jaxpr
-  shapes = list(array_shapes(jaxpr))
-  assert shapes and not [s for s in shapes if s.count(length) >= 2]
 
 
 def test_settings_and_errors():

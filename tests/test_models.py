@@ -13,46 +13,25 @@ import models
 from configs import table
 from models import common, registry, transformer
 from models.settings import SettingError
+from tests.helpers import projected_attention, random_mask
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _random_mask(rng, batch, length):
-  lengths = rng.integers(1, length + 1, size=batch)
-  return np.arange(length)[None, :] < lengths[:, None]
-
-
-def _reference_attention(params, x_BxLxD, mask_BxL):
-  """Plain softmax attention over the valid keys only, head by head."""
-  p = params["params"]
-  wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
-  wo, bo = p["OutputProjection_0"]["out"]["kernel"], p["OutputProjection_0"]["out"]["bias"]
-  heads = []
-  for h in range(wq.shape[1]):
-    q, k, v = x_BxLxD @ wq[:, h], x_BxLxD @ wk[:, h], x_BxLxD @ wv[:, h]
-    scores = q @ jnp.swapaxes(k, 1, 2) / np.sqrt(q.shape[-1])
-    scores = scores - jnp.max(jnp.where(mask_BxL[:, None, :], scores, -jnp.inf), -1,
-                              keepdims=True)
-    e = jnp.exp(scores) * mask_BxL[:, None, :]
-    heads.append((e / jnp.sum(e, -1, keepdims=True)) @ v)
-  out = sum(heads[h] @ wo[h] for h in range(len(heads)))
-  return out + bo[None, None, :]
 
 
 @pytest.mark.parametrize("length", [1, 7, 16])
 def test_full_attention_matches_reference(length):
   rng = np.random.default_rng(length)
   x = jnp.asarray(rng.normal(size=(3, length, 12)), jnp.float32)
-  mask = jnp.asarray(_random_mask(rng, 3, length))
+  mask = jnp.asarray(random_mask(rng, 3, length))
   mixer = transformer.FullAttention(num_heads=3, qkv_dim=12)
   params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
   out = mixer.apply(params, x, mask, deterministic=True)
-  ref = _reference_attention(params, x, mask)
+  ref = projected_attention(params, x, mask[:, None, None, :])
   np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
   weights = jnp.asarray(rng.normal(size=out.shape), jnp.float32)
   loss = lambda p, x: jnp.sum(mixer.apply(p, x, mask, deterministic=True) * weights)
-  ref_loss = lambda p, x: jnp.sum(_reference_attention(p, x, mask) * weights)
+  ref_loss = lambda p, x: jnp.sum(projected_attention(p, x, mask[:, None, None, :]) * weights)
   grads = jax.grad(loss, argnums=(0, 1))(params, x)
   ref_grads = jax.grad(ref_loss, argnums=(0, 1))(params, x)
   for g, r in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
@@ -71,7 +50,7 @@ def _model(pair=False, **kw):
 def test_encoder_shapes_and_padding_invariance(pooling, use_cls, positions):
   model = _model(pooling=pooling, use_cls=use_cls, positions=positions)
   rng = np.random.default_rng(0)
-  mask = _random_mask(rng, 4, 20)
+  mask = random_mask(rng, 4, 20, full_first=False)
   tokens = np.where(mask, rng.integers(1, 20, size=(4, 20)), 0)
   params = model.init(jax.random.PRNGKey(1), jnp.asarray(tokens))
   logits = model.apply(params, jnp.asarray(tokens))
@@ -126,6 +105,8 @@ _TINY_MODEL = dict(emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=16, num_layers=1
 def _build(name, attention=None, **model):
   """The tiny model with the settings every task config gives `name` (configs/table.py)."""
   model = {**_TINY_MODEL, **table.MODEL.get(name, {}), **model}
+  if not registry.takes_attention_dropout(name):
+    model.setdefault("attention_dropout_rate", 0.0)
   return models.build(dict(name=name, attention=attention or {}, **model),
                       vocab_size=10, num_classes=2, max_len=24, pair=False)
 
@@ -141,6 +122,7 @@ def test_static_settings_are_the_dataclass_defaults(name):
   assert registry.default_settings(name) == {f.name: f.default for f in fields}
   # Every setting has its check, and the flag the contract test reads is there.
   assert set(cls.SETTINGS) == set(registry.user_settings(name))
+  assert registry.takes_attention_dropout(name) == cls.ATTENTION_DROPOUT
   assert isinstance(cls.SUBQUADRATIC, bool) or isinstance(cls.SUBQUADRATIC, property)
 
 
