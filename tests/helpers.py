@@ -187,6 +187,18 @@ def mixer_against_reference(mixer, make_params, reference, x_BxLxD, mask_BxL, co
 
   return run_once(run, x_BxLxD)
 
+def training_step(model, tokens, labels, tx):
+  """The variables of a classifier at init and after one update by the optax transformation
+  `tx` on the mean cross-entropy (dropout on): what a stability check compares. Traceable:
+  compile it with the caller's other work."""
+  import optax
+  params = model.init(jax.random.PRNGKey(0), tokens)
+  loss = lambda p: optax.softmax_cross_entropy_with_integer_labels(
+      model.apply(p, tokens, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)}),
+      labels).mean()
+  updates, _ = tx.update(jax.grad(loss)(params), tx.init(params), params)
+  return params, optax.apply_updates(params, updates)
+
 def layer_norm(p, x_BxLxD):
   """Flax's LayerNorm (epsilon 1e-6) written out, with its parameters p = {scale, bias}."""
   mean = jnp.mean(x_BxLxD, -1, keepdims=True)
@@ -220,6 +232,7 @@ def array_shapes(jaxpr):
 
 def length_squared_shapes(fn, *args, length: int) -> list:
   """The shapes in fn's traced program (forward and whatever fn differentiates) that have two
-  or more axes of size `length`. Pick a length no other dimension equals."""
+  or more axes of at least `length` (a mixer may pad the length up to whole blocks first).
+  Pick a length that no other dimension reaches."""
   jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-  return sorted({s for s in array_shapes(jaxpr) if s.count(length) >= 2})
+  return sorted({s for s in array_shapes(jaxpr) if sum(d >= length for d in s) >= 2})

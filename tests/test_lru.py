@@ -99,32 +99,15 @@ def test_scan_matches_sequential_loop(bidirectional):
     assert np.any(g != 0)  # every parameter learns
 
 
-def _classifier(**settings):
-  return models.build(
-      dict(name="lru", emb_dim=8, num_heads=1, qkv_dim=8, mlp_dim=16, num_layers=1,
-           dropout_rate=0.1, attention_dropout_rate=0.1, positions="none", use_cls=False,
-           pooling="MEAN", attention=dict(state_size=6, **settings)),
-      vocab_size=12, num_classes=3, max_len=10, pair=False)
-
-
 def test_stable_after_initialisation_and_a_huge_training_step():
-  tokens = np.random.default_rng(0).integers(1, 12, size=(4, 10))
-  tokens[1, 6:] = 0
-  tokens, labels = jnp.asarray(tokens), jnp.asarray([0, 1, 2, 1])
+  tokens, labels = helpers.padded_tokens(12, 10, batch=4), jnp.asarray([0, 1, 2, 1])
   # Eigenvalues start right at the unit circle, and Adam takes a step of about 1 in every
   # parameter: a direct parameterisation of Lambda would leave the disk.
-  model = _classifier(r_min=0.99, r_max=0.999)
-
-  def step(tokens):
-    params = model.init(jax.random.PRNGKey(0), tokens)
-    loss = lambda p: optax.softmax_cross_entropy_with_integer_labels(
-        model.apply(p, tokens, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)}),
-        labels).mean()
-    opt = optax.adam(1.0)
-    updates, _ = opt.update(jax.grad(loss)(params), opt.init(params), params)
-    return params, optax.apply_updates(params, updates)
-
-  before, after = _run(step, tokens)
+  model = models.build(helpers.tiny_model("lru", num_layers=1,
+                                          attention=dict(r_min=0.99, r_max=0.999)),
+                       vocab_size=12, num_classes=3, max_len=10, pair=False)
+  before, after = _run(lambda t: helpers.training_step(model, t, labels, optax.adam(1.0)),
+                       tokens)
   mixer = lambda params: params["params"]["encoder"]["block_0"]["mixer"]
   for params in (before, after):
     m = mixer(params)

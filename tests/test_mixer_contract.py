@@ -33,6 +33,9 @@ VARIANTS = {
                                                 key_chunk=3), {}),
     "linformer-kv": ("linformer", dict(sharing="kv"), {}),
     "linformer-layer": ("linformer", dict(sharing="layer"), {}),
+    "bigbird-etc": ("bigbird", dict(mode="etc"), {}),
+    "longformer-dilated": ("longformer", dict(dilation=(1, 2)), {}),
+    "performer-relu": ("performer", dict(kernel="relu"), {}),
 }
 ENCODER_VARIANTS = {
     "reformer-reversible": ("reformer", {}, dict(reversible=True)),
@@ -216,6 +219,9 @@ def test_mixer_contract(variant):
   padded_grad = np.abs(np.asarray(grads_x[0]))[~np.asarray(mask)]
   f.check(np.all(padded_grad == 0), "padding_gradient",
           f"padded inputs get a gradient from real outputs (max {np.max(padded_grad):.3g})")
+  dead = [jax.tree_util.keystr(path) for path, g in jax.tree_util.tree_flatten_with_path(
+      grads_p)[0] if not np.any(np.asarray(g)[1] != 0)]  # the random cotangent's gradient
+  f.check(not dead, "dead_parameters", f"parameters that get no gradient: {dead}")
 
   out16 = r["bf16"]
   f.check(out16.shape == x.shape and out16.dtype == jnp.bfloat16, "bf16",

@@ -180,28 +180,14 @@ def test_scan_matches_sequential_loop(settings, check_grads):
 
 
 def _classifier(**settings):
-  return models.build(
-      dict(name="s5", emb_dim=8, num_heads=1, qkv_dim=8, mlp_dim=16, num_layers=1,
-           dropout_rate=0.1, attention_dropout_rate=0.1, positions="none", use_cls=False,
-           pooling="MEAN", attention=dict(state_size=8, blocks=2, **settings)),
-      vocab_size=12, num_classes=3, max_len=10, pair=False)
+  return models.build(helpers.tiny_model("s5", num_layers=1, attention=settings),
+                      vocab_size=12, num_classes=3, max_len=10, pair=False)
 
 
 def test_stable_after_initialisation_and_a_training_step():
-  tokens = np.random.default_rng(0).integers(1, 12, size=(4, 10))
-  tokens[1, 6:] = 0
-  tokens, labels = jnp.asarray(tokens), jnp.asarray([0, 1, 2, 1])
+  tokens, labels = helpers.padded_tokens(12, 10, batch=4), jnp.asarray([0, 1, 2, 1])
   plain, clipped = _classifier(), _classifier(clip_eigs=True)
-
-  def step(model, lr):
-    params = model.init(jax.random.PRNGKey(0), tokens)
-    loss = lambda p: optax.softmax_cross_entropy_with_integer_labels(
-        model.apply(p, tokens, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)}),
-        labels).mean()
-    opt = optax.adam(lr)
-    updates, _ = opt.update(jax.grad(loss)(params), opt.init(params), params)
-    return params, optax.apply_updates(params, updates)
-
+  step = lambda model, lr: helpers.training_step(model, tokens, labels, optax.adam(lr))
   # A small step without clipping; a huge one with clipping (Re Lambda would turn positive).
   (p0, p1), (q0, q1) = _run(lambda: (step(plain, 1e-2), step(clipped, 1.0)))
   mixer = lambda params: params["params"]["encoder"]["block_0"]["mixer"]

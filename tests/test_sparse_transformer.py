@@ -11,15 +11,10 @@ import models.sparse_transformer  # noqa: F401  (registers "sparse_transformer")
 from models import registry, transformer
 from models.sparse_transformer import SparseTransformerAttention
 from models.settings import SettingError
-from tests.jaxpr_shapes import array_shapes
+from tests import helpers
+from tests.helpers import run_once as _run
 
 BLOCK, C = 4, 2
-
-
-def _run(fn, *args):
-  """Compiles fn once and runs it. Every graph here runs once, so a cheap compile (XLA's backend
-  optimisation off) beats both op-by-op dispatch and a fully optimised build on a busy CPU."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})(*args)
 
 
 def _pattern_masks(length, block, c):
@@ -43,30 +38,12 @@ def _head_masks(length, num_heads, pattern, combine, layer_index, block=BLOCK, c
   return np.stack([a1] * near + [a2] * (num_heads - near))
 
 
-def _reference(params, x_BxLxD, mask_BxL, allowed_HxLxL):
-  """Plain softmax over the allowed, non-padded keys, all heads at once; no key -> zeros."""
-  p = params["params"]
-  wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
-  wo, bo = p["OutputProjection_0"]["out"]["kernel"], p["OutputProjection_0"]["out"]["bias"]
-  q, k, v = (jnp.einsum("bld,dhk->bhlk", x_BxLxD, w) for w in (wq, wk, wv))
-  scores = q @ jnp.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
-  ok = jnp.asarray(allowed_HxLxL)[None] & mask_BxL[:, None, None, :]
-  top = jnp.max(jnp.where(ok, scores, -jnp.inf), -1, keepdims=True)
-  top = jax.lax.stop_gradient(jnp.where(jnp.isfinite(top), top, 0.0))
-  # Disallowed scores are replaced before exp so neither they nor their gradients overflow.
-  e = jnp.where(ok, jnp.exp(jnp.where(ok, scores, top) - top), 0.0)
-  total = jnp.sum(e, -1, keepdims=True)
-  heads = (e / jnp.where(total > 0, total, 1.0)) @ v
-  return jnp.einsum("bhlk,hkd->bld", heads, wo) + bo[None, None, :]
-
-
-def _inputs(length, seed, batch=3, dim=12):
-  rng = np.random.default_rng(seed)
-  x = jnp.asarray(rng.normal(size=(batch, length, dim)), jnp.float32)
-  # One full row, one so short that no summary position is real, one random length.
-  lengths = np.array([length, 2, rng.integers(1, length + 1)])
-  mask = jnp.asarray(np.arange(length)[None, :] < lengths[:, None])
-  return x, mask, rng
+def _inputs(length, seed):
+  """helpers.padded_inputs (a full row, trailing padding, a hole at 2) with row 1 so short that
+  no summary position (j % BLOCK >= BLOCK - C) is real."""
+  x, mask, rng = helpers.padded_inputs(length, 12, seed)
+  mask[1, BLOCK - C:] = False
+  return x, jnp.asarray(mask), rng
 
 
 @functools.lru_cache(maxsize=None)
@@ -99,7 +76,9 @@ def test_matches_dense_reference_and_ignores_padding(length, pattern, combine, l
   def run(params, x, noise):
     apply = lambda p, x: mixer.apply(p, x, mask, deterministic=True)
     out, pullback = jax.vjp(apply, params, x)
-    ref, ref_pullback = jax.vjp(lambda p, x: _reference(p, x, mask, allowed), params, x)
+    allowed_BxHxLxL = allowed[None] & mask[:, None, None, :]
+    ref, ref_pullback = jax.vjp(lambda p, x: helpers.projected_attention(p, x, allowed_BxHxLxL),
+                                params, x)
     return out, ref, pullback(cotangent), ref_pullback(cotangent), apply(params, noise)
 
   out, ref, grads, ref_grads, out_noise = _run(run, params, x, noise)
@@ -122,32 +101,21 @@ def test_merged_with_one_block_is_full_attention(pattern, block):
   np.testing.assert_allclose(out, full_out, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("pattern", ["fixed", "strided"])
-@pytest.mark.parametrize("combine", ["heads", "merged"])
-def test_no_length_by_length_array(pattern, combine):
+@pytest.mark.parametrize("pattern,combine", [("strided", "heads"), ("fixed", "merged"),
+                                             ("strided", "merged")])
+def test_other_code_paths_are_subquadratic_and_use_dropout(pattern, combine):
+  """The contract runs the default (fixed, heads); strided and merged attention are other
+  code: no array with two length axes (forward and backward), and dropout drawn from its rng."""
+  mixer = _mixer(pattern=pattern, combine=combine, block_size=8, c=2, dropout_rate=0.5)
+  train = lambda p, x, mask, seed: mixer.apply(p, x, mask, deterministic=False,
+                                               rngs={"dropout": jax.random.PRNGKey(seed)})
   length = 64  # 8 blocks of 8
-  x = jnp.ones((1, length, 12), jnp.float32)
-  mask = jnp.ones((1, length), bool)
-  mixer = _mixer(pattern=pattern, combine=combine, block_size=8, c=2)
-  jaxpr = jax.make_jaxpr(
-      lambda p, x: mixer.apply(p, x, mask, deterministic=True))(_params(), x).jaxpr
-  shapes = list(array_shapes(jaxpr))
-  assert shapes and not [s for s in shapes if s.count(length) >= 2]
-
-
-def test_attention_dropout_uses_the_dropout_rng():
+  ones = jnp.ones((1, length, 12), jnp.float32), jnp.ones((1, length), bool)
+  grad = jax.grad(lambda p, x, mask: jnp.sum(train(p, x, mask, 0)), (0, 1))
+  assert not helpers.length_squared_shapes(grad, _params(), *ones, length=length)
   x, mask, _ = _inputs(11, seed=7)
-  for combine in ("heads", "merged"):
-    mixer = _mixer(combine=combine, dropout_rate=0.5)
-
-    def three(p, x):
-      still = mixer.apply(p, x, mask, deterministic=True)
-      return [still] + [mixer.apply(p, x, mask, deterministic=False,
-                                    rngs={"dropout": jax.random.PRNGKey(s)}) for s in (0, 1)]
-
-    still, *noisy = _run(three, _params(), x)
-    assert noisy[0].shape == still.shape
-    assert not np.allclose(noisy[0], still) and not np.allclose(noisy[0], noisy[1])
+  noisy = _run(lambda p: [train(p, x, mask, seed) for seed in (0, 1)], _params())
+  assert np.all(np.isfinite(noisy[0])) and not np.allclose(noisy[0], noisy[1])
 
 
 def test_bad_settings_name_the_valid_values():
@@ -169,16 +137,3 @@ def test_bad_settings_name_the_valid_values():
 def test_defaults_are_lras():
   assert registry.default_settings("sparse_transformer") == dict(
       pattern="fixed", combine="heads", block_size=50, c=10)
-
-
-@pytest.mark.parametrize("combine", ["heads", "interleave"])
-def test_build_init_apply(combine):
-  model = models.build(
-      dict(name="sparse_transformer", emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=32,
-           num_layers=2, dropout_rate=0.0, attention_dropout_rate=0.0,
-           attention=dict(block_size=4, c=2, combine=combine)),
-      vocab_size=20, num_classes=5, max_len=24, pair=False)
-  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 20, size=(2, 21)))
-  logits = _run(lambda t: model.apply(model.init(jax.random.PRNGKey(0), t), t), tokens)
-  assert logits.shape == (2, 5) and logits.dtype == jnp.float32
-  assert np.all(np.isfinite(logits))
