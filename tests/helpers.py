@@ -187,6 +187,7 @@ def mixer_against_reference(mixer, make_params, reference, x_BxLxD, mask_BxL, co
 
   return run_once(run, x_BxLxD)
 
+
 def training_step(model, tokens, labels, tx):
   """The variables of a classifier at init and after one update by the optax transformation
   `tx` on the mean cross-entropy (dropout on): what a stability check compares. Traceable:
@@ -198,6 +199,7 @@ def training_step(model, tokens, labels, tx):
       labels).mean()
   updates, _ = tx.update(jax.grad(loss)(params), tx.init(params), params)
   return params, optax.apply_updates(params, updates)
+
 
 def layer_norm(p, x_BxLxD):
   """Flax's LayerNorm (epsilon 1e-6) written out, with its parameters p = {scale, bias}."""
