@@ -5,6 +5,8 @@
 Overrides: --config.model.num_layers=2 (a key the config lacks is an error). Running the same
 command again resumes from the last checkpoint in --workdir.
 """
+import logging as py_logging
+import os
 import sys
 
 from absl import app, flags, logging
@@ -70,19 +72,40 @@ def _parse_flags(argv):
   return rest
 
 
+class _NoOrbaxInfo(py_logging.Filter):
+  """Drops Orbax's INFO records (several lines per checkpoint save); its warnings pass."""
+
+  def filter(self, record):
+    return (record.levelno >= py_logging.WARNING
+            or f"{os.sep}orbax{os.sep}" not in record.pathname)
+
+
+def _quiet_logs(config) -> None:
+  """Without -v/--verbosity: no Orbax INFO lines, and only warnings from processes other than
+  0 (unless config.log_all_processes). An explicit verbosity is left as the user set it."""
+  if flags.FLAGS["verbosity"].present:
+    return
+  logging.get_absl_logger().addFilter(_NoOrbaxInfo())  # Orbax logs through absl's logger
+  import jax
+  if jax.process_index() != 0 and not config.log_all_processes:
+    logging.set_verbosity(logging.WARNING)
+
+
 def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
-  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
   import jax  # after flag parsing, so a bad command line fails fast
+  from lra.errors import user_errors
+  from lra.training import trainer
+  # Before anything compiles; a restart then loads the compiled programs from disk.
+  trainer.enable_compilation_cache(_CONFIG.value.compilation_cache_dir)
   if _COORDINATOR.value:
     if jax.config.jax_platforms in (None, "", "cpu"):
       jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   elif _MULTIHOST.value:
     jax.distributed.initialize()
-  from lra.errors import user_errors
-  from lra.training import trainer
+  _quiet_logs(_CONFIG.value)
   try:
     results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except user_errors() as e:  # a bad config or bad data; anything else is a bug: traceback

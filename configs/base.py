@@ -1,6 +1,8 @@
 """What every task config shares: trainer settings, model defaults and the arg parser."""
 from __future__ import annotations
 
+import os
+
 import ml_collections
 
 from configs import table
@@ -70,7 +72,17 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.eval_every = 500             # validation (and a checkpoint) every this many steps
   c.checkpoint_every = 500       # checkpoint for resuming
   c.keep_checkpoints = 2         # resumable checkpoints kept (plus the best one)
-  c.progress = True              # progress bar with steps/s and ETA
+  c.progress = True              # progress bar with steps/s and ETA (only when stderr is a
+                                 # terminal; a log file gets one line per log_every instead)
+  c.log_all_processes = False    # multi-host: every process prints its log lines, not only 0
+  # JAX's persistent compilation cache, so a resumed or repeated run skips most compiling;
+  # shared by all runs of this user ("" = off).
+  c.compilation_cache_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache",
+                                         "lra", "jax_cache")
+  # "START,STOP": a jax.profiler trace of the STOP-START train steps after step START (e.g.
+  # "10,15": steps 11 to 15 of the log) into WORKDIR/profile, for XProf (TensorBoard's
+  # profile plugin) or Perfetto; "" = off.
+  c.profile_steps = ""
   return c
 
 

@@ -1,6 +1,7 @@
 """train.py and python -m lra.data from the command line: results and one-line errors."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -9,7 +10,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--config.data.max_len=40", "--config.model.num_layers=1", "--config.model.emb_dim=16",
         "--config.model.qkv_dim=16", "--config.model.mlp_dim=32", "--config.batch_size=16",
         "--config.eval_batch_size=16", "--config.num_train_steps=4", "--config.eval_every=2",
-        "--config.checkpoint_every=2", "--config.log_every=2", "--config.progress=False"]
+        "--config.checkpoint_every=2", "--config.log_every=2",
+        "--config.compilation_cache_dir=",  # tests write nothing under the user's home
+        "--config.progress=False"]  # last: a test replaces it
 
 
 def _run(*args, cwd=ROOT, path=()):
@@ -41,6 +44,51 @@ def test_train_runs_prints_accuracy_and_resumes(listops_dir, tmp_path):
                 "--config.progress=False", cwd=tmp_path)
   assert second.returncode == 0, second.stderr[-3000:]
   assert "Resuming from the checkpoint at step 4" in second.stdout
+
+
+def test_log_file_has_one_line_per_log_interval_and_profile_trace(listops_dir, tmp_path):
+  # Output to a file, as under nohup or SLURM: no bar, no \r, one record per log_every.
+  # The same run traces steps 2 and 3 with jax.profiler (one run: the suite is long).
+  log = tmp_path / "log.txt"
+  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+  with open(log, "w") as f:
+    proc = subprocess.run(
+        [sys.executable, "train.py", "--config=configs/listops.py:transformer,cpu",
+         f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}", *TINY[:-1],
+         "--config.progress=True", "--config.num_train_steps=6", "--config.log_every=1",
+         "--config.eval_every=3", "--config.checkpoint_every=3", "--config.profile_steps=1,3"],
+        cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=300)
+  text = log.read_text()
+  assert proc.returncode == 0, text[-3000:]
+  assert "\r" not in text and "Traceback" not in text
+  records = [l for l in text.splitlines() if l.startswith("step ")]
+  assert [int(re.match(r"step (\d+)/6: train loss \d", l).group(1)) for l in records] == [
+      1, 2, 3, 4, 5, 6], text
+  assert all("steps/s, ETA " in l for l in records), records
+  evals = [l for l in records if "validation" in l]
+  assert [l.split("/")[0] for l in evals] == ["step 3", "step 6"], records
+  assert "Saving checkpoint" not in text  # Orbax's INFO lines are off without -v
+  profile = tmp_path / "run" / "profile"
+  assert f"profiler trace written to {profile}" in text
+  traces = [os.path.join(d, f) for d, _, files in os.walk(profile) for f in files]
+  assert any(t.endswith(".xplane.pb") and os.path.getsize(t) for t in traces), traces
+
+
+def test_second_run_loads_its_programs_from_the_compilation_cache(listops_dir, tmp_path):
+  # (Its second run also checks that an explicit --verbosity is respected.)
+  cache = tmp_path / "cache"
+  args = ["train.py", "--config=configs/listops.py:transformer,cpu",
+          f"--config.data.data_dir={listops_dir}", *TINY, f"--config.compilation_cache_dir={cache}",
+          "--config.num_train_steps=2"]
+  first = _run(*args, f"--workdir={tmp_path / 'first'}")
+  assert first.returncode == 0, first.stderr[-3000:]
+  entries = sorted(os.listdir(cache))
+  assert any(e.startswith("jit_train_step") for e in entries), entries
+  second = _run(*args, f"--workdir={tmp_path / 'second'}", "--verbosity=0")
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert "Saving checkpoint" in second.stderr  # -v is the user's: Orbax's INFO lines, asked for
+  # Every program of the repeated run was found: nothing new compiled, nothing new written.
+  assert sorted(os.listdir(cache)) == entries
 
 
 def test_bad_override_key(tmp_path):

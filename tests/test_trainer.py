@@ -154,3 +154,10 @@ def test_tiny_run_of_another_mixer_pools_without_cls(listops_dir, tmp_path):
   net = models.build(model, vocab_size=20, num_classes=10, max_len=40, pair=False)
   params = jax.eval_shape(net.init, jax.random.PRNGKey(0), jnp.ones((2, 40), jnp.int32))
   assert "cls" not in params["params"]["encoder"]
+
+
+@pytest.mark.parametrize("steps", ["3", "5,2", "a,b", "1,2,3"])
+def test_malformed_profile_steps_is_a_user_error(listops_dir, tmp_path, steps):
+  with pytest.raises(UserError, match="'START,STOP'"):
+    trainer.train_and_evaluate(tiny_config(listops_dir, profile_steps=steps), str(tmp_path))
+  assert not os.path.exists(tmp_path / "checkpoints")  # refused before anything ran

@@ -21,6 +21,7 @@ def tiny_config(data_dir: str, model: str = "transformer", **overrides):
   c.num_train_steps, c.warmup_steps, c.learning_rate = 8, 2, 0.05
   c.log_every, c.eval_every, c.checkpoint_every = 2, 4, 2
   c.progress = False
+  c.compilation_cache_dir = ""  # tests write nothing under the user's home
   for key, value in overrides.items():
     node = c
     *path, last = key.split(".")

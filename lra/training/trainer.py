@@ -1,9 +1,11 @@
 """The one generic trainer: every task, every model, any number of devices and hosts."""
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import os
+import sys
 import time
 from typing import Any
 
@@ -165,6 +167,33 @@ def _check_sizes(config, task: tasks.Task, mesh: Mesh) -> None:
       raise UserError(f"config.{key} must be positive, got {config[key]}")
 
 
+def profile_range(config) -> tuple[int, int] | None:
+  """config.profile_steps "START,STOP" -> (START, STOP); None for ""."""
+  text = config.profile_steps.strip()
+  if not text:
+    return None
+  try:
+    start, stop = (int(part) for part in text.split(","))
+  except ValueError:  # not two integers
+    start = stop = -1
+  if not 0 <= start < stop:
+    raise UserError(f"config.profile_steps={config.profile_steps!r} must be 'START,STOP' with "
+                    f"0 <= START < STOP, e.g. '10,15' traces steps 11 to 15; '' = no trace")
+  return start, stop
+
+
+def enable_compilation_cache(directory: str) -> None:
+  """Points JAX's persistent compilation cache at `directory` ("" = leave it off). Every
+  program is cached however fast it compiled: on CPU most take under JAX's 1 s default."""
+  if not directory:
+    return
+  if "://" not in directory:  # a gs:// URL is passed as it is
+    directory = os.path.expanduser(directory)
+  jax.config.update("jax_compilation_cache_dir", directory)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
 def _write_json(path: str, obj) -> None:
   if jax.process_index() != 0:
     return
@@ -186,15 +215,42 @@ def _restore(ckpts: Checkpoints, state, workdir: str):
 
 
 def _log_train(writer: MetricWriter, bar, sums, done: int, seconds: float, steps: int,
-               schedule) -> None:
+               schedule) -> dict[str, float]:
   """Writes the train metrics summed since the last log (one device fetch)."""
   host = jax.device_get(sums)
   train = {"train_loss": host["loss_sum"] / host["count"],
            "train_accuracy": host["correct"] / host["count"],
            "steps_per_s": steps / max(seconds, 1e-9),
            "learning_rate": float(schedule(done - 1))}
-  writer.write(done, {k: float(v) for k, v in train.items()})
+  train = {k: float(v) for k, v in train.items()}
+  writer.write(done, train)
   bar.set_postfix(loss=f"{train['train_loss']:.3f}", acc=f"{train['train_accuracy']:.3f}")
+  return train
+
+
+def _record(done: int, total: int, train: dict[str, float], val: dict | None) -> str:
+  """The log line of one log interval: a log file gets the progress the bar would show."""
+  rate = train["steps_per_s"]
+  eta = datetime.timedelta(seconds=round((total - done) / max(rate, 1e-9)))
+  line = (f"step {done}/{total}: train loss {train['train_loss']:.4f}, accuracy "
+          f"{train['train_accuracy']:.4f}, {rate:.2f} steps/s, ETA {eta}")
+  if val is not None:
+    line += f"; validation loss {val['loss']:.4f}, accuracy {val['accuracy']:.4f}"
+  return line
+
+
+def _say(line: str, bar, config) -> None:
+  """One whole line to stdout, flushed at once (a log file under nohup or SLURM reads as it
+  grows), above the bar if one is drawn. Process 0 only, unless config.log_all_processes."""
+  if jax.process_index() != 0:
+    if not config.log_all_processes:
+      return
+    line = f"[process {jax.process_index()}] {line}"
+  if bar.disable:
+    print(line, flush=True)
+  else:
+    bar.write(line, file=sys.stdout)  # clears the bar, writes, redraws it
+    sys.stdout.flush()
 
 
 def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, sharding,
@@ -203,29 +259,39 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
   start, total = int(state.step), config.num_train_steps
   dropout_rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)
   schedule = optim.learning_rate_schedule(config)  # for logging; built once
+  # A bar redraws with \r: only on a terminal. A log file gets the lines of _say instead.
   bar = tqdm.tqdm(total=total, initial=start, desc=f"{config.task}/{config.model.name}",
-                  disable=not config.progress or jax.process_index() != 0,
+                  disable=(not config.progress or jax.process_index() != 0
+                           or not sys.stderr.isatty()),
                   mininterval=1.0, dynamic_ncols=True)
   sums, last_time, last_step = None, time.time(), start
   run_start = time.time() - meta["train_time_s"]
+  profile, tracing = profile_range(config), False
   with bar:
     for step in range(start, total):
+      if profile and step == max(profile[0], start) and step < profile[1]:
+        tracing = _start_trace(workdir)
       batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
       batch = add_masks(batch, task.padding)
       state, metrics = train_step(state, to_global(batch, sharding), dropout_rng)
       sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
       done = step + 1
+      if tracing and (done == profile[1] or done == total):
+        tracing = _stop_trace(state, workdir, bar, config)
       bar.update(1)
+      is_log = done % config.log_every == 0
       is_eval = done % config.eval_every == 0 or done == total
-      if done % config.log_every == 0 or is_eval or done % config.checkpoint_every == 0:
+      if is_log or is_eval or done % config.checkpoint_every == 0:
         _check_finite(sums, done, ckpts, workdir)
         now = time.time()
-        _log_train(writer, bar, sums, done, now - last_time, done - last_step, schedule)
+        train = _log_train(writer, bar, sums, done, now - last_time, done - last_step,
+                           schedule)
         sums, last_time, last_step = None, now, done
+      val = evaluate_split(state, task.splits["val"]) if is_eval else None
+      if is_log or is_eval:
+        _say(_record(done, total, train, val), bar, config)
       if is_eval:
-        val = evaluate_split(state, task.splits["val"])
         writer.write(done, {"val_loss": val["loss"], "val_accuracy": val["accuracy"]})
-        bar.write(f"step {done}: validation accuracy {val['accuracy']:.4f}")
         if val["accuracy"] > meta["best_val_accuracy"]:
           meta.update(best_val_accuracy=val["accuracy"], best_step=done)
           if ckpts.best.latest_step() != done:  # a resumed run may reach it a second time
@@ -234,6 +300,26 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
         meta["train_time_s"] = time.time() - run_start
         ckpts.save_latest(done, state, meta)
   return state
+
+
+def _profile_dir(workdir: str) -> str:
+  """WORKDIR/profile; one folder per process on several hosts (each traces its own devices)."""
+  if jax.process_count() == 1:
+    return os.path.join(workdir, "profile")
+  return os.path.join(workdir, "profile", f"process_{jax.process_index()}")
+
+
+def _start_trace(workdir: str) -> bool:
+  jax.profiler.start_trace(_profile_dir(workdir))
+  return True
+
+
+def _stop_trace(state, workdir: str, bar, config) -> bool:
+  jax.block_until_ready(state)  # the traced steps' device work belongs in the trace
+  jax.profiler.stop_trace()
+  _say(f"profiler trace written to {_profile_dir(workdir)} (XProf or https://ui.perfetto.dev "
+       f"read it)", bar, config)
+  return False
 
 
 def _check_finite(sums, step: int, ckpts: Checkpoints, workdir: str) -> None:
@@ -272,6 +358,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   model = build_model(config, task)
   mesh = make_mesh(devices)
   _check_sizes(config, task, mesh)
+  profile_range(config)  # a malformed setting fails before anything is compiled
   train_step, eval_step, sharding = make_steps(model, task.pair, mesh)
   state = create_state(model, task, config, mesh)
   ckpts = Checkpoints(workdir, config.keep_checkpoints)
