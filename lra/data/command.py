@@ -18,7 +18,7 @@ import sys
 import numpy as np
 import tqdm
 
-from lra.data import listops, pathfinder, store
+from lra.data import listops, pathfinder, publish, store
 from lra.data.pathfinder_gen.params import SIZES
 from lra.errors import UserError
 
@@ -46,11 +46,11 @@ def _text(args) -> None:
       texts, labels = text.load_raw_imdb(args.imdb_tar, split)
     else:
       texts, labels = text.load_tfds_imdb(split, args.tfds_dir)
-    writer = store.SplitWriter(args.data_dir, split, len(labels), {
-        "inputs": ((args.max_len,), np.uint16), "labels": ((), np.int32)})
-    for row, data in enumerate(tqdm.tqdm(texts, desc=f"text {split}", unit="review")):
-      writer[row] = {"inputs": text.encode_bytes(data, args.max_len), "labels": labels[row]}
-    writer.close()
+    # One writer at a time in a shared folder; the split is published only when complete.
+    with publish.locked(args.data_dir), store.SplitWriter(args.data_dir, split, len(labels), {
+        "inputs": ((args.max_len,), np.uint16), "labels": ((), np.int32)}) as writer:
+      for row, data in enumerate(tqdm.tqdm(texts, desc=f"text {split}", unit="review")):
+        writer[row] = {"inputs": text.encode_bytes(data, args.max_len), "labels": labels[row]}
     print(f"wrote {split}: {len(labels)} reviews to {args.data_dir}")
 
 
@@ -67,7 +67,8 @@ def _image(args) -> None:
     splits = {s: image.load_tfds_cifar10(name, args.tfds_dir) for s, name in
               (("train", "train[:90%]"), ("val", "train[90%:]"), ("test", "test"))}
   for split, (pixels, labels) in splits.items():
-    store.write_split(args.data_dir, split, {"inputs": pixels, "labels": labels})
+    with publish.locked(args.data_dir):  # one writer at a time in a shared folder
+      store.write_split(args.data_dir, split, {"inputs": pixels, "labels": labels})
     print(f"wrote {split}: {len(labels)} images to {args.data_dir}")
 
 

@@ -13,12 +13,12 @@ import json
 import multiprocessing
 import os
 import random
-import tempfile
 from typing import Iterable, Union
 
 import numpy as np
 from tqdm import tqdm
 
+from lra.data import publish
 from lra.data.tasks import SPLITS, Task
 from lra.errors import UserError
 
@@ -212,19 +212,11 @@ def generate(num_examples: int, *, min_length: int, max_length: int,
 
 
 def write_tsv(path: str | os.PathLike, examples: Iterable[tuple[str, int]]) -> None:
-  """Writes a release-format TSV atomically (temp file in the same directory, then rename)."""
-  path = os.fspath(path)
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".tsv")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-      f.write(HEADER + "\n")
-      for source, label in examples:
-        f.write(f"{source}\t{label}\n")
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
+  """Writes a release-format TSV atomically (a unique temporary file beside it, then a rename)."""
+  with publish.atomic_write(path, "w", encoding="utf-8", newline="\n") as f:
+    f.write(HEADER + "\n")
+    for source, label in examples:
+      f.write(f"{source}\t{label}\n")
 
 
 def generate_split_files(data_dir: str | os.PathLike, *, num_train: int, num_val: int,
@@ -316,17 +308,25 @@ def load(config) -> Task:
   """The ListOps task from config.data.data_dir, generated there first if missing and allowed."""
   data = config.data
   files = {s: os.path.join(data.data_dir, f"basic_{s}.tsv") for s in SPLITS}
-  missing = [p for p in files.values() if not os.path.exists(p)]
-  if missing:
-    if not data.generate_if_missing:
-      raise UserError(f"ListOps data not found ({missing[0]}); make it with: "
-                      f"{generate_command(data)}")
+
+  def missing() -> list[str]:
+    return [p for p in files.values() if not os.path.exists(p)]
+
+  if missing() and not data.generate_if_missing:
+    raise UserError(f"ListOps data not found ({missing()[0]}); make it with: "
+                    f"{generate_command(data)}")
+
+  def make():
     print(f"ListOps data not found in {data.data_dir}; generating it "
           f"(same as: {generate_command(data)})", flush=True)
     generate_split_files(data.data_dir, **_generator_settings(data),
                          workers=data.workers or None)
-    with open(os.path.join(data.data_dir, "generator.json"), "w") as f:
+    with publish.atomic_write(os.path.join(data.data_dir, "generator.json")) as f:
       json.dump(_generator_settings(data), f, indent=1)
+
+  # Every process of a multi-host run gets here: one generates, the others wait and read.
+  # The test split's file is published last, so all three present means complete.
+  publish.prepare_once(data.data_dir, lambda: not missing(), make)
   splits = {}
   for split, path in files.items():
     try:

@@ -12,7 +12,7 @@ import numpy as np
 import tqdm
 from PIL import Image
 
-from lra.data import store
+from lra.data import publish, store
 from lra.data.tasks import SPLITS, Task
 from lra.errors import UserError
 
@@ -81,17 +81,18 @@ def split_bounds(num: int) -> dict[str, tuple[int, int]]:
 
 
 def prepare(level_dir: str, data_dir: str, size: int, progress: bool = True) -> dict[str, int]:
+  """Decodes the release's images into prepared splits in data_dir, one writer at a time."""
   items = read_metadata(level_dir)
   counts = {}
-  for split, (start, end) in split_bounds(len(items)).items():
-    writer = store.SplitWriter(data_dir, split, end - start,
-                               {"inputs": ((size * size,), np.uint8), "labels": ((), np.int32)})
-    rows = tqdm.tqdm(items[start:end], desc=f"pathfinder{size} {split}", disable=not progress,
-                     unit="img")
-    for row, (png, label) in enumerate(rows):
-      writer[row] = {"inputs": decode_png(png, size), "labels": label}
-    writer.close()
-    counts[split] = end - start
+  with publish.locked(data_dir):  # a concurrent prepare of this folder waits, then rewrites it
+    for split, (start, end) in split_bounds(len(items)).items():
+      with store.SplitWriter(data_dir, split, end - start, {
+          "inputs": ((size * size,), np.uint8), "labels": ((), np.int32)}) as writer:
+        rows = tqdm.tqdm(items[start:end], desc=f"pathfinder{size} {split}",
+                         disable=not progress, unit="img")
+        for row, (png, label) in enumerate(rows):
+          writer[row] = {"inputs": decode_png(png, size), "labels": label}
+      counts[split] = end - start
   return counts
 
 
@@ -131,11 +132,17 @@ def load(config) -> Task:
     if data.size not in pathfinder_gen.SIZES:
       raise UserError(f"config.data.size={data.size!r}: the generator makes sizes "
                       f"{', '.join(map(str, pathfinder_gen.SIZES))}")
-    print(f"Pathfinder data not found in {prepared}; generating it "
-          f"(same as: {generate_command(data)})", flush=True)
-    generate_and_prepare(data.data_dir, size=data.size, level=data.level,
-                         num_images=data.num_images, seed=data.seed,
-                         workers=data.workers or None)
+
+    def make():
+      print(f"Pathfinder data not found in {prepared}; generating it "
+            f"(same as: {generate_command(data)})", flush=True)
+      generate_and_prepare(data.data_dir, size=data.size, level=data.level,
+                           num_images=data.num_images, seed=data.seed,
+                           workers=data.workers or None)
+
+    # Every process of a multi-host run gets here: one generates, the others wait and read
+    # (the test split's labels, published last, mark the prepared data complete).
+    publish.prepare_once(data.data_dir, lambda: store.exists(prepared, SPLITS), make)
   length = data.size * data.size
   splits = {s: store.load_split(prepared, s, ["inputs"], length) for s in SPLITS}
   return Task(config.task, 2, 256, length, False, splits, padding=data.black_is_padding)

@@ -12,7 +12,7 @@ from typing import Iterator
 import numpy as np
 import tqdm
 
-from lra.data import store, text
+from lra.data import publish, store, text
 from lra.data.tasks import SPLITS, Task, require_prepared
 from lra.errors import UserError
 
@@ -44,24 +44,25 @@ def iter_pairs(path: str) -> Iterator[tuple[int, bytes, bytes]]:
 def prepare(release_dir: str, data_dir: str, max_len: int = 4000,
             progress: bool = True) -> dict[str, int]:
   """Tokenises the three release files into `data_dir` (memory-mapped .npy, streamed)."""
-  counts = {}
-  for split, name in SPLIT_FILES.items():
-    source = os.path.join(release_dir, name)
+  sources = {split: os.path.join(release_dir, name) for split, name in SPLIT_FILES.items()}
+  for source in sources.values():
     if not os.path.exists(source):
       raise UserError(f"AAN file not found: {source} (expected the release's "
                       f"tsv_data folder with {', '.join(SPLIT_FILES.values())})")
-    with open(source, "rb") as f:
-      num = sum(1 for _ in f)
-    writer = store.SplitWriter(data_dir, split, num, {
-        "inputs": ((max_len,), np.uint16), "inputs2": ((max_len,), np.uint16),
-        "labels": ((), np.int32)})
-    rows = tqdm.tqdm(iter_pairs(source), total=num, desc=f"retrieval {split}",
-                     disable=not progress, unit="pair")
-    for row, (label, first, second) in enumerate(rows):
-      writer[row] = {"inputs": text.encode_bytes(first, max_len),
-                     "inputs2": text.encode_bytes(second, max_len), "labels": label}
-    writer.close()
-    counts[split] = num
+  counts = {}
+  with publish.locked(data_dir):  # a concurrent prepare of this folder waits, then rewrites it
+    for split, source in sources.items():
+      with open(source, "rb") as f:
+        num = sum(1 for _ in f)
+      with store.SplitWriter(data_dir, split, num, {
+          "inputs": ((max_len,), np.uint16), "inputs2": ((max_len,), np.uint16),
+          "labels": ((), np.int32)}) as writer:
+        rows = tqdm.tqdm(iter_pairs(source), total=num, desc=f"retrieval {split}",
+                         disable=not progress, unit="pair")
+        for row, (label, first, second) in enumerate(rows):
+          writer[row] = {"inputs": text.encode_bytes(first, max_len),
+                         "inputs2": text.encode_bytes(second, max_len), "labels": label}
+      counts[split] = num
   return counts
 
 

@@ -10,6 +10,8 @@ from typing import Iterable
 
 import numpy as np
 
+from lra.data import publish
+
 
 def path(data_dir: str, split: str, field: str) -> str:
   return os.path.join(data_dir, f"{split}.{field}.npy")
@@ -21,12 +23,17 @@ def exists(data_dir: str, splits: Iterable[str]) -> bool:
 
 
 class SplitWriter:
-  """Fills `num` rows of each field in place (memory-mapped), then publishes the files."""
+  """Fills `num` rows of each field in place (memory-mapped), then publishes the files.
+
+  Each field is written under a unique temporary name (lra.data.publish), so several processes
+  writing one folder at once never touch each other's files; close() renames them into place,
+  labels last.
+  """
 
   def __init__(self, data_dir: str, split: str, num: int, fields: dict[str, tuple]):
     os.makedirs(data_dir, exist_ok=True)
     self._final = {f: path(data_dir, split, f) for f in fields}
-    self._tmp = {f: p[:-4] + ".tmp.npy" for f, p in self._final.items()}
+    self._tmp = {f: publish.temp_path(p) for f, p in self._final.items()}
     self.arrays = {f: np.lib.format.open_memmap(self._tmp[f], mode="w+", dtype=dtype,
                                                 shape=(num, *tail))
                    for f, (tail, dtype) in fields.items()}
@@ -42,14 +49,30 @@ class SplitWriter:
     for field in sorted(self._final, key=lambda f: f == "labels"):  # labels last
       os.replace(self._tmp[field], self._final[field])
 
+  def discard(self) -> None:
+    """Drops the unfinished files; the published ones (if any) stay as they were."""
+    self.arrays = {}
+    for tmp in self._tmp.values():
+      if os.path.exists(tmp):
+        os.unlink(tmp)
+
+  def __enter__(self) -> "SplitWriter":
+    return self
+
+  def __exit__(self, exc_type, exc, tb) -> None:
+    # Publish only a split whose every row was written; a failure leaves no hidden files.
+    if exc_type is None:
+      self.close()
+    else:
+      self.discard()
+
 
 def write_split(data_dir: str, split: str, arrays: dict[str, np.ndarray]) -> None:
   """Writes in-memory arrays (small splits) in the same format."""
-  writer = SplitWriter(data_dir, split, len(arrays["labels"]),
-                       {f: (a.shape[1:], a.dtype) for f, a in arrays.items()})
-  for field, array in arrays.items():
-    writer.arrays[field][:] = array
-  writer.close()
+  with SplitWriter(data_dir, split, len(arrays["labels"]),
+                   {f: (a.shape[1:], a.dtype) for f, a in arrays.items()}) as writer:
+    for field, array in arrays.items():
+      writer.arrays[field][:] = array
 
 
 class Rows:

@@ -54,6 +54,10 @@ def load(config) -> Task:
   """config.task's data as a Task; missing or malformed data raises UserError."""
   if config.task not in _LOADERS:
     raise UserError(f"unknown task {config.task!r}; valid tasks: {', '.join(NAMES)}")
+  data_dir = str(config.data.data_dir)
+  if "://" in data_dir:  # memory-mapped arrays and the generators need a local folder
+    raise UserError(f"config.data.data_dir={data_dir} is remote storage; copy the data to local "
+                    f"disk (memory-mapped files need a local path) and point data_dir there")
   module = importlib.import_module(f"lra.data.{_LOADERS[config.task]}")
   task = module.load(config)
   _check_labels(task)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import tempfile
 from typing import Iterator
 
 import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from lra.data import publish
 from lra.data.pathfinder_gen.params import Params, params_for
 from lra.data.pathfinder_gen.snakes import sample
 from lra.errors import UserError
@@ -23,26 +23,14 @@ def _metadata_line(params: Params, folder: int, i: int, label: int, geometry: di
 
 
 def _write_png(path: str, image: np.ndarray) -> None:
-  """Writes through a temporary file in the same folder, so a PNG is never half written."""
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".png")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      Image.fromarray(image, mode="L").save(f, format="PNG")
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
+  """Writes through a unique temporary file beside it, so a PNG is never half written."""
+  with publish.atomic_write(path, "wb") as f:
+    Image.fromarray(image, mode="L").save(f, format="PNG")
 
 
 def _write_text(path: str, lines: list[str]) -> None:
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".npy")
-  try:
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-      f.write("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise
+  with publish.atomic_write(path, "w", encoding="utf-8", newline="\n") as f:
+    f.write("".join(line + "\n" for line in lines))
 
 
 def _make_chunk(args: tuple[str, int, str, int, int, int, int]) -> tuple[int, list[str]]:
