@@ -14,9 +14,9 @@ num_layers=12`, or a mixer setting as `--set attention.NAME=VALUE`.
 """
 import argparse
 import json
-import os
 import sys
 
+from lra import paths
 from lra.errors import UserError, user_errors
 from lra.reporting import accuracy, benchmark, files, markdown, results, speed
 from lra.reporting.paper import TASKS
@@ -25,8 +25,7 @@ from lra.reporting.paper import TASKS
 def _read_speed(path: str) -> dict:
   """A speed.json written by `eval.py speed`; a missing or malformed one is a user error."""
   try:
-    with open(path) as f:
-      data = json.load(f)
+    data = json.loads(paths.resolve(path).read_text())
   except (OSError, json.JSONDecodeError) as e:
     raise UserError(f"--speed={path}: cannot read a speed.json ({e})") from None
   if not isinstance(data, dict) or not {"machine", "rows"} <= set(data):
@@ -42,11 +41,10 @@ def _accuracy(args) -> None:
     print(f"warning: {w}", file=sys.stderr)
   table = accuracy.accuracy_table(found)
   text = markdown.accuracy_markdown(table)
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "accuracy.md"), "w") as f:
-    f.write(text + "\n")
-  files.write_csv(os.path.join(args.out, "accuracy.csv"), accuracy.accuracy_rows(table))
-  files.write_json(os.path.join(args.out, "accuracy.json"), table)
+  out = paths.resolve(args.out)  # a local folder or a URL such as gs://bucket/eval
+  paths.write_text(out / "accuracy.md", text + "\n")
+  files.write_csv(out / "accuracy.csv", accuracy.accuracy_rows(table))
+  files.write_json(out / "accuracy.json", table)
   print(text)
   if args.speed:
     measured = _read_speed(args.speed)
@@ -55,7 +53,7 @@ def _accuracy(args) -> None:
       for row in table["rows"]:
         row[args.average] = row["cells"][args.average]["ours"]
     scores, steps, memory, length = speed.bubble_inputs(table, tables, args.average)
-    path = os.path.join(args.out, "bubble.png")
+    path = out / "bubble.png"
     what = f"{args.average} test" if args.average in TASKS else "average"
     charts.bubble_chart(path, scores, steps, memory,
                         f"accuracy ({args.average}) vs speed at {length} tokens; "
@@ -91,13 +89,12 @@ def _speed(args) -> None:
       rows.append(row)
       shown = (f"{row['steps_per_s']:.3f} steps/s" if row["status"] == "ok" else row["status"])
       print(f"  {model} @ {length}: {shown}", flush=True)
-  os.makedirs(args.out, exist_ok=True)
-  files.write_json(os.path.join(args.out, "speed.json"), {"machine": machine, "rows": rows})
-  files.write_csv(os.path.join(args.out, "speed.csv"), rows)
+  out = paths.resolve(args.out)  # a local folder or a URL such as gs://bucket/eval
+  files.write_json(out / "speed.json", {"machine": machine, "rows": rows})
+  files.write_csv(out / "speed.csv", rows)
   text = markdown.speed_markdown(speed.speed_tables(rows), machine)
-  with open(os.path.join(args.out, "speed.md"), "w") as f:
-    f.write(text + "\n")
-  charts.scaling_chart(os.path.join(args.out, "scaling.png"), rows,
+  paths.write_text(out / "speed.md", text + "\n")
+  charts.scaling_chart(out / "scaling.png", rows,
                        f"Train step vs length ({machine['device_kind']}, batch {args.batch})")
   print(text)
   print(f"wrote {args.out}/speed.{{md,csv,json}} and {args.out}/scaling.png")

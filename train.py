@@ -7,6 +7,7 @@ command again resumes from the last checkpoint in --workdir.
 """
 import logging as py_logging
 import os
+import shlex
 import sys
 
 from absl import app, flags, logging
@@ -106,8 +107,13 @@ def main(argv):
   elif _MULTIHOST.value:
     jax.distributed.initialize()
   _quiet_logs(_CONFIG.value)
+  trainer.install_stop_handlers()  # after initialize: it picks the multi-host protocol
   try:
     results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except trainer.Preempted as e:  # 128 + signal, as a shell reports a killed job: 143, 130
+    print(f"error: {e}; to resume, run the same command again: "
+          f"python {shlex.join(sys.argv)}", file=sys.stderr)
+    sys.exit(128 + e.signum)
   except user_errors() as e:  # a bad config or bad data; anything else is a bug: traceback
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)

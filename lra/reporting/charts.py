@@ -5,10 +5,11 @@ nothing and works on machines without a display.
 """
 from __future__ import annotations
 
+import io
 import math
-import os
 from typing import Any
 
+from lra import paths
 from lra.reporting.paper import MODEL_TITLES, PAPER_MODELS, model_order
 from lra.reporting.speed import speed_tables
 
@@ -33,9 +34,11 @@ def _style(models: list[str]) -> dict[str, tuple[Any, str]]:
           for m in models}
 
 
-def _save(fig: Any, path: str) -> None:
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  fig.savefig(path, dpi=120, bbox_inches="tight")
+def _save(fig: Any, path) -> None:
+  """`path` local or a URL (gs://...): the PNG is rendered in memory, then written."""
+  png = io.BytesIO()
+  fig.savefig(png, format="png", dpi=120, bbox_inches="tight")
+  paths.write_bytes(path, png.getvalue())
   _pyplot().close(fig)
 
 

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
-import os
 from typing import Any
 
 import numpy as np
+
+from lra import paths
 
 
 def _plain(obj: Any) -> Any:
@@ -25,25 +27,21 @@ def _plain(obj: Any) -> Any:
   return obj
 
 
-def write_json(path: str, obj: Any) -> None:
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(_plain(obj), f, indent=2, allow_nan=False)
-    f.write("\n")
-  os.replace(tmp, path)  # a reader never sees half a file
+def write_json(path, obj: Any) -> None:
+  """`path` local or a URL (gs://...); a reader never sees half a file."""
+  paths.write_text(path, json.dumps(_plain(obj), indent=2, allow_nan=False) + "\n")
 
 
-def write_csv(path: str, rows: list[dict]) -> None:
+def write_csv(path, rows: list[dict]) -> None:
   """Columns = union of the rows' keys in first-seen order; nested values as JSON text."""
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   columns: dict[str, None] = {}
   for row in rows:
     columns.update(dict.fromkeys(row))
-  with open(path, "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(columns))
-    writer.writeheader()
-    for row in rows:
-      row = _plain(row)
-      writer.writerow({k: ("" if v is None else json.dumps(v) if isinstance(v, (dict, list))
-                           else v) for k, v in row.items()})
+  f = io.StringIO(newline="")
+  writer = csv.DictWriter(f, fieldnames=list(columns))
+  writer.writeheader()
+  for row in rows:
+    row = _plain(row)
+    writer.writerow({k: ("" if v is None else json.dumps(v) if isinstance(v, (dict, list))
+                         else v) for k, v in row.items()})
+  paths.write_text(path, f.getvalue())

@@ -3,28 +3,29 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 
+from lra import paths
 from lra.reporting.numbers import finite
 
 log = logging.getLogger(__name__)
 
 
-def _find_results(path: str, warnings: list[str]) -> list[str]:
-  """results.json files under `path`; unfinished run directories go to `warnings`."""
-  if os.path.isfile(path):
-    if os.path.basename(path) == "results.json":
-      return [path]
-    warnings.append(f"{path}: not a directory or results.json; skipped")
-    return []
-  if not os.path.isdir(path):
+def _find_results(path: str, warnings: list[str]) -> list:
+  """results.json files under `path` (local or a URL such as gs://bucket/runs); unfinished run
+  directories go to `warnings`."""
+  top = paths.resolve(path)
+  if not top.exists():
     warnings.append(f"{path}: does not exist")
     return []
+  if not top.is_dir():
+    if top.name == "results.json":
+      return [top]
+    warnings.append(f"{path}: not a directory or results.json; skipped")
+    return []
   found, start = [], len(warnings)
-  for root, dirs, files in os.walk(path):
-    dirs.sort()  # deterministic order, so ties resolve the same way every time
+  for root, dirs, files in paths.walk(top):  # sorted: ties resolve the same way every time
     if "results.json" in files:
-      found.append(os.path.join(root, "results.json"))
+      found.append(root / "results.json")
       dirs[:] = []  # a run directory's checkpoints hold no further runs
     elif "metrics.jsonl" in files:
       # The trainer writes metrics.jsonl from the start and results.json only at the end.
@@ -50,14 +51,13 @@ def collect_results(workdirs: list[str], warnings: list[str] | None = None) -> l
   for workdir in workdirs:
     for file in _find_results(workdir, warnings):
       try:
-        with open(file) as f:
-          result = json.load(f)
+        result = json.loads(file.read_text())
         key = (str(result["model"]), str(result["task"]))
         float(result["test_accuracy"])
       except (OSError, ValueError, KeyError, TypeError) as e:
         warnings.append(f"{file}: unreadable results ({type(e).__name__}: {e})")
         continue
-      result = {**result, "workdir": os.path.dirname(os.path.abspath(file))}
+      result = {**result, "workdir": str(file.parent)}
       old = kept.get(key)
       if old is None:
         kept[key] = result

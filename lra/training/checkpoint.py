@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+from lra import paths
 
 
 def fingerprint(state) -> str:
@@ -23,10 +24,11 @@ class MismatchError(ValueError):
 class Checkpoints:
   """`workdir/checkpoints` keeps the last `keep` states; `workdir/best` the best one."""
 
-  def __init__(self, workdir: str, keep: int):
+  def __init__(self, workdir, keep: int):
+    workdir = paths.resolve(workdir)  # a local path or a URL such as gs://bucket/run
     options = lambda n: ocp.CheckpointManagerOptions(max_to_keep=n, create=True)
-    self.latest = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"), options=options(keep))
-    self.best = ocp.CheckpointManager(os.path.join(workdir, "best"), options=options(1))
+    self.latest = ocp.CheckpointManager(workdir / "checkpoints", options=options(keep))
+    self.best = ocp.CheckpointManager(workdir / "best", options=options(1))
 
   @staticmethod
   def _save(manager, step: int, state, meta: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ import datetime
 import functools
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -15,9 +16,11 @@ import numpy as np
 import optax
 import tqdm
 from flax.training import train_state
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import models
+from lra import paths
 from lra.data import batches, tasks
 from lra.errors import UserError
 from lra.training import optim
@@ -27,6 +30,51 @@ from lra.training.writers import MetricWriter
 
 class NonFiniteLossError(UserError):
   """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+
+class Preempted(UserError):
+  """SIGTERM or SIGINT stopped the run after a whole step, and a checkpoint of it was saved."""
+
+  def __init__(self, message: str, signum: int):
+    super().__init__(message)
+    self.signum = signum
+
+
+_stop_signal: list[int] = []  # the first SIGTERM/SIGINT seen by install_stop_handlers
+
+
+def _uses_preemption_service() -> bool:
+  """Whether JAX's preemption service runs (jax.distributed initialised): it catches SIGTERM
+  on any host and picks one step at which every host stops (one host alone would hang)."""
+  return jax.distributed.is_initialized() and jax.config.jax_enable_preemption_service
+
+
+def install_stop_handlers() -> None:
+  """SIGTERM (a preemption notice) or SIGINT (Ctrl-C): training finishes its step, saves a
+  checkpoint and raises Preempted; a second signal kills at once. Process-wide, so only
+  train.py's main installs it (after jax.distributed.initialize); a library caller opts in."""
+  service = _uses_preemption_service()
+  if jax.process_count() > 1 and not service:
+    return  # the hosts could not agree on a step: a signal kills as it always did
+
+  def handle(signum, frame):
+    del frame
+    signal.signal(signum, signal.SIG_DFL)  # the next one kills
+    if not _stop_signal:
+      _stop_signal.append(signum)
+    if service and signum == signal.SIGINT:
+      signal.raise_signal(signal.SIGTERM)  # JAX's own handler tells every host
+
+  signal.signal(signal.SIGINT, handle)
+  if not service:  # with the service, JAX's handler (C++) catches SIGTERM; keep it
+    signal.signal(signal.SIGTERM, handle)
+
+
+def _stop_requested(done: int, service: bool) -> bool:
+  """Whether to stop after step `done`. With the preemption service every host must ask at
+  every step; the local flag alone decides only where no other host waits on this one."""
+  reached = service and multihost_utils.reached_preemption_sync_point(done)
+  return reached or (bool(_stop_signal) and jax.process_count() == 1)
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -194,13 +242,10 @@ def enable_compilation_cache(directory: str) -> None:
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
-def _write_json(path: str, obj) -> None:
+def _write_json(path, obj) -> None:
   if jax.process_index() != 0:
     return
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(obj, f, indent=1)
-  os.replace(tmp, path)
+  paths.write_text(path, json.dumps(obj, indent=1))
 
 
 def _restore(ckpts: Checkpoints, state, workdir: str):
@@ -264,8 +309,13 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
                   disable=(not config.progress or jax.process_index() != 0
                            or not sys.stderr.isatty()),
                   mininterval=1.0, dynamic_ncols=True)
-  sums, last_time, last_step = None, time.time(), start
+  # Train sums of a log interval cut short by a stop: the resumed run logs what one
+  # uninterrupted run would (float32 -> JSON float -> float32 is exact).
+  pending = meta.pop("train_sums", None)
+  sums = None if pending is None else {k: np.float32(v) for k, v in pending.items()}
+  last_time, last_step = time.time(), start
   run_start = time.time() - meta["train_time_s"]
+  service = _uses_preemption_service()
   profile, tracing = profile_range(config), False
   with bar:
     for step in range(start, total):
@@ -299,24 +349,49 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
       if is_eval or done % config.checkpoint_every == 0:
         meta["train_time_s"] = time.time() - run_start
         ckpts.save_latest(done, state, meta)
+      if done < total and _stop_requested(done, service):
+        _save_and_stop(done, total, state, sums, ckpts, meta, workdir, run_start)
   return state
 
 
-def _profile_dir(workdir: str) -> str:
+def _save_and_stop(done: int, total: int, state, sums, ckpts: Checkpoints, meta: dict,
+                   workdir: str, run_start: float) -> None:
+  """Saves the resumable checkpoint of step `done` (unless a periodic save just did) and
+  raises Preempted."""
+  _check_finite(sums, done, ckpts, workdir)  # never a checkpoint of a broken state
+  if ckpts.latest.latest_step() != done:
+    host = None if sums is None else {k: float(v) for k, v in jax.device_get(sums).items()}
+    ckpts.save_latest(done, state, {**meta, "train_time_s": time.time() - run_start,
+                                    "train_sums": host})
+  signum = _stop_signal[0] if _stop_signal else signal.SIGTERM  # the service saw a SIGTERM
+  raise Preempted(f"stopped by {signal.Signals(signum).name} after step {done}/{total}; "
+                  f"checkpoint saved in {workdir}/checkpoints", signum)
+
+
+def _profile_dir(workdir):
   """WORKDIR/profile; one folder per process on several hosts (each traces its own devices)."""
   if jax.process_count() == 1:
-    return os.path.join(workdir, "profile")
-  return os.path.join(workdir, "profile", f"process_{jax.process_index()}")
+    return workdir / "profile"
+  return workdir / "profile" / f"process_{jax.process_index()}"
 
 
-def _start_trace(workdir: str) -> bool:
-  jax.profiler.start_trace(_profile_dir(workdir))
+_trace_staging: paths.LocalStaging | None = None  # the trace's local folder while tracing
+
+
+def _start_trace(workdir) -> bool:
+  global _trace_staging
+  # The profiler writes local files; a remote workdir gets them uploaded at the stop.
+  _trace_staging = paths.LocalStaging(_profile_dir(workdir))
+  jax.profiler.start_trace(_trace_staging.path)
   return True
 
 
-def _stop_trace(state, workdir: str, bar, config) -> bool:
+def _stop_trace(state, workdir, bar, config) -> bool:
+  global _trace_staging
   jax.block_until_ready(state)  # the traced steps' device work belongs in the trace
   jax.profiler.stop_trace()
+  _trace_staging.close()
+  _trace_staging = None
   _say(f"profiler trace written to {_profile_dir(workdir)} (XProf or https://ui.perfetto.dev "
        f"read it)", bar, config)
   return False
@@ -352,8 +427,8 @@ def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
 
 def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   """Trains (resuming from `workdir` if it holds checkpoints), then tests the best checkpoint."""
-  workdir = os.path.abspath(workdir)  # Orbax needs absolute paths
-  os.makedirs(workdir, exist_ok=True)
+  workdir = paths.resolve(workdir)  # local (made absolute, as Orbax needs) or gs://...
+  workdir.mkdir(parents=True, exist_ok=True)
   task = tasks.load(config)
   model = build_model(config, task)
   mesh = make_mesh(devices)
@@ -365,7 +440,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   writer = None
   try:
     state, meta = _restore(ckpts, state, workdir)
-    _write_json(os.path.join(workdir, "config.json"), config.to_dict())
+    _write_json(workdir / "config.json", config.to_dict())
     if int(state.step) and jax.process_index() == 0:
       print(f"Resuming from the checkpoint at step {int(state.step)} in {workdir}", flush=True)
     writer = MetricWriter(workdir)
@@ -376,7 +451,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
     results = _test(config, task, evaluate_split, state, ckpts, meta)
     writer.write(config.num_train_steps, {"test_accuracy": results["test_accuracy"],
                                           "test_loss": results["test_loss"]})
-    _write_json(os.path.join(workdir, "results.json"), results)
+    _write_json(workdir / "results.json", results)
     return results
   finally:
     if writer is not None:
