@@ -97,9 +97,9 @@ def main(argv):
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   import jax  # after flag parsing, so a bad command line fails fast
   from lra.errors import user_errors
-  from lra.training import trainer
+  from lra.training import preemption, profiling, trainer
   # Before anything compiles; a restart then loads the compiled programs from disk.
-  trainer.enable_compilation_cache(_CONFIG.value.compilation_cache_dir)
+  profiling.enable_compilation_cache(_CONFIG.value.compilation_cache_dir)
   if _COORDINATOR.value:
     if jax.config.jax_platforms in (None, "", "cpu"):
       jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -107,10 +107,10 @@ def main(argv):
   elif _MULTIHOST.value:
     jax.distributed.initialize()
   _quiet_logs(_CONFIG.value)
-  trainer.install_stop_handlers()  # after initialize: it picks the multi-host protocol
+  preemption.install_stop_handlers()  # after initialize: it picks the multi-host protocol
   try:
     results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except trainer.Preempted as e:  # 128 + signal, as a shell reports a killed job: 143, 130
+  except preemption.Preempted as e:  # 128 + signal, as a shell reports a killed job: 143, 130
     print(f"error: {e}; to resume, run the same command again: "
           f"python {shlex.join(sys.argv)}", file=sys.stderr)
     sys.exit(128 + e.signum)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import datetime
 import functools
 import json
-import os
 import signal
 import sys
 import time
@@ -16,65 +15,19 @@ import numpy as np
 import optax
 import tqdm
 from flax.training import train_state
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import models
 from lra import paths
 from lra.data import batches, tasks
 from lra.errors import UserError
-from lra.training import optim
+from lra.training import optim, preemption, profiling
 from lra.training.checkpoint import Checkpoints, MismatchError
 from lra.training.writers import MetricWriter
 
 
 class NonFiniteLossError(UserError):
   """The loss became NaN or infinite; the last good checkpoint is kept."""
-
-
-class Preempted(UserError):
-  """SIGTERM or SIGINT stopped the run after a whole step, and a checkpoint of it was saved."""
-
-  def __init__(self, message: str, signum: int):
-    super().__init__(message)
-    self.signum = signum
-
-
-_stop_signal: list[int] = []  # the first SIGTERM/SIGINT seen by install_stop_handlers
-
-
-def _uses_preemption_service() -> bool:
-  """Whether JAX's preemption service runs (jax.distributed initialised): it catches SIGTERM
-  on any host and picks one step at which every host stops (one host alone would hang)."""
-  return jax.distributed.is_initialized() and jax.config.jax_enable_preemption_service
-
-
-def install_stop_handlers() -> None:
-  """SIGTERM (a preemption notice) or SIGINT (Ctrl-C): training finishes its step, saves a
-  checkpoint and raises Preempted; a second signal kills at once. Process-wide, so only
-  train.py's main installs it (after jax.distributed.initialize); a library caller opts in."""
-  service = _uses_preemption_service()
-  if jax.process_count() > 1 and not service:
-    return  # the hosts could not agree on a step: a signal kills as it always did
-
-  def handle(signum, frame):
-    del frame
-    signal.signal(signum, signal.SIG_DFL)  # the next one kills
-    if not _stop_signal:
-      _stop_signal.append(signum)
-    if service and signum == signal.SIGINT:
-      signal.raise_signal(signal.SIGTERM)  # JAX's own handler tells every host
-
-  signal.signal(signal.SIGINT, handle)
-  if not service:  # with the service, JAX's handler (C++) catches SIGTERM; keep it
-    signal.signal(signal.SIGTERM, handle)
-
-
-def _stop_requested(done: int, service: bool) -> bool:
-  """Whether to stop after step `done`. With the preemption service every host must ask at
-  every step; the local flag alone decides only where no other host waits on this one."""
-  reached = service and multihost_utils.reached_preemption_sync_point(done)
-  return reached or (bool(_stop_signal) and jax.process_count() == 1)
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -215,33 +168,6 @@ def _check_sizes(config, task: tasks.Task, mesh: Mesh) -> None:
       raise UserError(f"config.{key} must be positive, got {config[key]}")
 
 
-def profile_range(config) -> tuple[int, int] | None:
-  """config.profile_steps "START,STOP" -> (START, STOP); None for ""."""
-  text = config.profile_steps.strip()
-  if not text:
-    return None
-  try:
-    start, stop = (int(part) for part in text.split(","))
-  except ValueError:  # not two integers
-    start = stop = -1
-  if not 0 <= start < stop:
-    raise UserError(f"config.profile_steps={config.profile_steps!r} must be 'START,STOP' with "
-                    f"0 <= START < STOP, e.g. '10,15' traces steps 11 to 15; '' = no trace")
-  return start, stop
-
-
-def enable_compilation_cache(directory: str) -> None:
-  """Points JAX's persistent compilation cache at `directory` ("" = leave it off). Every
-  program is cached however fast it compiled: on CPU most take under JAX's 1 s default."""
-  if not directory:
-    return
-  if "://" not in directory:  # a gs:// URL is passed as it is
-    directory = os.path.expanduser(directory)
-  jax.config.update("jax_compilation_cache_dir", directory)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-
-
 def _write_json(path, obj) -> None:
   if jax.process_index() != 0:
     return
@@ -315,19 +241,19 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
   sums = None if pending is None else {k: np.float32(v) for k, v in pending.items()}
   last_time, last_step = time.time(), start
   run_start = time.time() - meta["train_time_s"]
-  service = _uses_preemption_service()
-  profile, tracing = profile_range(config), False
+  service = preemption.uses_preemption_service()
+  trace = profiling.Trace(config, workdir, start)
   with bar:
     for step in range(start, total):
-      if profile and step == max(profile[0], start) and step < profile[1]:
-        tracing = _start_trace(workdir)
+      trace.before_step(step)
       batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
       batch = add_masks(batch, task.padding)
       state, metrics = train_step(state, to_global(batch, sharding), dropout_rng)
       sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
       done = step + 1
-      if tracing and (done == profile[1] or done == total):
-        tracing = _stop_trace(state, workdir, bar, config)
+      traced = trace.after_step(done, total, state)
+      if traced:
+        _say(traced, bar, config)
       bar.update(1)
       is_log = done % config.log_every == 0
       is_eval = done % config.eval_every == 0 or done == total
@@ -349,7 +275,7 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
       if is_eval or done % config.checkpoint_every == 0:
         meta["train_time_s"] = time.time() - run_start
         ckpts.save_latest(done, state, meta)
-      if done < total and _stop_requested(done, service):
+      if done < total and preemption.stop_requested(done, service):
         _save_and_stop(done, total, state, sums, ckpts, meta, workdir, run_start)
   return state
 
@@ -357,44 +283,16 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
 def _save_and_stop(done: int, total: int, state, sums, ckpts: Checkpoints, meta: dict,
                    workdir: str, run_start: float) -> None:
   """Saves the resumable checkpoint of step `done` (unless a periodic save just did) and
-  raises Preempted."""
+  raises preemption.Preempted."""
   _check_finite(sums, done, ckpts, workdir)  # never a checkpoint of a broken state
   if ckpts.latest.latest_step() != done:
     host = None if sums is None else {k: float(v) for k, v in jax.device_get(sums).items()}
     ckpts.save_latest(done, state, {**meta, "train_time_s": time.time() - run_start,
                                     "train_sums": host})
-  signum = _stop_signal[0] if _stop_signal else signal.SIGTERM  # the service saw a SIGTERM
-  raise Preempted(f"stopped by {signal.Signals(signum).name} after step {done}/{total}; "
-                  f"checkpoint saved in {workdir}/checkpoints", signum)
-
-
-def _profile_dir(workdir):
-  """WORKDIR/profile; one folder per process on several hosts (each traces its own devices)."""
-  if jax.process_count() == 1:
-    return workdir / "profile"
-  return workdir / "profile" / f"process_{jax.process_index()}"
-
-
-_trace_staging: paths.LocalStaging | None = None  # the trace's local folder while tracing
-
-
-def _start_trace(workdir) -> bool:
-  global _trace_staging
-  # The profiler writes local files; a remote workdir gets them uploaded at the stop.
-  _trace_staging = paths.LocalStaging(_profile_dir(workdir))
-  jax.profiler.start_trace(_trace_staging.path)
-  return True
-
-
-def _stop_trace(state, workdir, bar, config) -> bool:
-  global _trace_staging
-  jax.block_until_ready(state)  # the traced steps' device work belongs in the trace
-  jax.profiler.stop_trace()
-  _trace_staging.close()
-  _trace_staging = None
-  _say(f"profiler trace written to {_profile_dir(workdir)} (XProf or https://ui.perfetto.dev "
-       f"read it)", bar, config)
-  return False
+  signum = preemption.stop_signal()
+  raise preemption.Preempted(
+      f"stopped by {signal.Signals(signum).name} after step {done}/{total}; "
+      f"checkpoint saved in {workdir}/checkpoints", signum)
 
 
 def _check_finite(sums, step: int, ckpts: Checkpoints, workdir: str) -> None:
@@ -433,7 +331,7 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   model = build_model(config, task)
   mesh = make_mesh(devices)
   _check_sizes(config, task, mesh)
-  profile_range(config)  # a malformed setting fails before anything is compiled
+  profiling.profile_range(config)  # a malformed setting fails before anything is compiled
   train_step, eval_step, sharding = make_steps(model, task.pair, mesh)
   state = create_state(model, task, config, mesh)
   ckpts = Checkpoints(workdir, config.keep_checkpoints)
