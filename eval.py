@@ -17,7 +17,7 @@ import json
 import sys
 
 from lra import paths
-from lra.errors import UserError, user_errors
+from lra.errors import UserError, run_command, user_errors
 from lra.reporting import accuracy, benchmark, files, markdown, results, speed
 from lra.reporting.paper import TASKS
 
@@ -132,11 +132,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
   args = parser().parse_args(argv)
-  try:
-    args.run(args)
-  except user_errors() as e:  # a bad flag, run or file; anything else is a bug: traceback
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
+  run_command(args.run, args, user_errors())  # a bad flag, run or file: one line
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 Anything else (a bug) keeps its traceback: only validation code raises these types.
 """
+import sys
 
 
 class UserError(Exception):
@@ -16,3 +17,13 @@ def user_errors() -> tuple[type[Exception], ...]:
   """
   from models.settings import SettingError
   return (UserError, SettingError)
+
+
+def run_command(run, args, errors: tuple[type[Exception], ...] = (UserError,)) -> None:
+  """run(args) for a command line: a user error (`errors`) is one `error:` line and exit 1;
+  anything else is a bug and keeps its traceback."""
+  try:
+    run(args)
+  except errors as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 import numpy as np
 import tqdm
 
 from lra.data import listops, pathfinder, publish, store
 from lra.data.pathfinder_gen.params import SIZES
-from lra.errors import UserError
+from lra.errors import UserError, run_command
 
 TEXT_MAX_LEN = 4000  # the longest Text length any config uses; configs cut it shorter
 
@@ -141,8 +140,4 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
   args = parser().parse_args(argv)
-  try:
-    args.run(args)
-  except UserError as e:  # missing or malformed input, bad settings; a bug keeps its traceback
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
+  run_command(args.run, args)  # missing or malformed input, bad settings: one line
