@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from lra.data import listops, pathfinder, publish, retrieval, store, tasks
+from lra.data import listops, pathfinder, publish, record, retrieval, store, tasks
 
 NUM_PROCS = 3
 LINGER_S = 0.3  # a writer sleeps this long before writing, so all three find the data missing
@@ -146,7 +146,7 @@ def _check(kind, tmp_path, release_dir=None):
 def test_generated_listops(tmp_path):
   made = _check("listops", tmp_path)
   assert sorted(made) == [0, 0, 1]  # the others waited, then read it without regenerating
-  assert os.path.exists(tmp_path / "shared" / "listops" / "generator.json")
+  assert os.path.exists(tmp_path / "shared" / "listops" / record.NAME)
 
 
 def test_generated_pathfinder(tmp_path):

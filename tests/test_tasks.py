@@ -132,9 +132,11 @@ def test_pathfinder_malformed_release(tmp_path):
 # ------------------------------------------------------------------------- Text and Image
 
 
-def test_text_from_raw_tar_heldout_and_original_validation(tmp_path):
+def test_text_from_raw_tar_heldout_and_original_validation(tmp_path, monkeypatch):
   import tarfile
+  from lra.data import text as text_data
   from tests.test_text_image import _add
+  monkeypatch.setattr(text_data, "RELEASE_REVIEWS", {"train": 20, "test": 20})  # tiny archive
   tar_path = tmp_path / "aclImdb_v1.tar.gz"
   with tarfile.open(tar_path, "w:gz") as tar:
     for split in ("train", "test"):
@@ -157,8 +159,10 @@ def test_text_from_raw_tar_heldout_and_original_validation(tmp_path):
   assert [len(task.splits[s]["labels"]) for s in tasks.SPLITS] == [20, 20, 20]
 
 
-def test_image_from_raw_cifar_splits_and_black_pixels(tmp_path):
+def test_image_from_raw_cifar_splits_and_black_pixels(tmp_path, monkeypatch):
+  from lra.data import image as image_data
   from tests.test_text_image import _cifar_batch
+  monkeypatch.setattr(image_data, "RELEASE_IMAGES", {"train": 20, "test": 6})  # tiny files
   folder = tmp_path / "cifar-10-batches-bin"
   folder.mkdir()
   rng = np.random.default_rng(0)
@@ -195,6 +199,7 @@ def test_generated_pathfinder_trains(tmp_path):
   from configs import pathfinder as pathfinder_config
   config = _tiny(pathfinder_config.get_config("transformer,cpu"))
   config.data.data_dir, config.data.generate_if_missing = str(tmp_path / "pf"), False
+  config.data.num_images = 40  # as generated (the data record is compared with the config)
   task = tasks.load(config)
   assert [len(task.splits[s]["labels"]) for s in tasks.SPLITS] == [32, 4, 4]
   assert task.max_len == 1024 and not task.padding

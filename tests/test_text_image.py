@@ -39,7 +39,8 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 @pytest.fixture
-def imdb_tar(tmp_path):
+def imdb_tar(tmp_path, monkeypatch):
+  monkeypatch.setattr(text, "RELEASE_REVIEWS", {"train": 3, "test": 2})  # this tiny archive's
   path = tmp_path / "aclImdb_v1.tar.gz"
   with tarfile.open(path, "w:gz") as tar:
     # Archive order differs from name order on purpose; the reader must sort.
@@ -141,8 +142,9 @@ def _cifar_batch(rng: np.random.Generator, labels: list[int]) -> tuple[bytes, np
 
 
 @pytest.fixture
-def cifar_raw(tmp_path):
+def cifar_raw(tmp_path, monkeypatch):
   """A cifar-10-batches-bin folder and the same files as a tarball, plus the expected data."""
+  monkeypatch.setattr(image, "RELEASE_IMAGES", {"train": 15, "test": 3})  # these tiny files'
   rng = np.random.default_rng(1)
   folder = tmp_path / "cifar-10-batches-bin"
   folder.mkdir()

@@ -17,15 +17,39 @@ import os
 import numpy as np
 import tqdm
 
-from lra.data import listops, pathfinder, publish, store
+from lra.data import listops, pathfinder, record, store
 from lra.data.pathfinder_gen.params import SIZES
 from lra.errors import UserError, run_command
 
 TEXT_MAX_LEN = 4000  # the longest Text length any config uses; configs cut it shorter
 
+# The least value of each numeric flag (of whichever task has it): every split needs an example,
+# Pathfinder's 80/10/10 split needs 10 images, seeds feed numpy (no negatives), workers=0 is
+# all cores.
+MINIMUM = {"num_train": 1, "num_val": 1, "num_test": 1, "min_length": 0, "max_length": 2,
+           "max_depth": 1, "max_args": 2, "max_len": 1, "num_images": 10, "seed": 0,
+           "workers": 0}
+
+
+def check_numbers(args) -> None:
+  """Refuses out-of-range numeric flags with one line, before anything is read or written."""
+  for name, least in MINIMUM.items():
+    value = getattr(args, name, None)
+    if value is not None and value < least:
+      raise UserError(f"--{name}={value} is out of range: python -m lra.data {args.task} "
+                      f"needs --{name} >= {least}")
+  if args.task == "listops" and args.min_length + 2 > args.max_length:
+    raise UserError(f"--min_length={args.min_length} and --max_length={args.max_length} leave "
+                    "no length strictly between them; make --max_length larger")
+
+
+def _checked_run(args) -> None:
+  check_numbers(args)
+  args.run(args)
+
 
 def _listops(args) -> None:
-  paths = listops.generate_split_files(
+  paths = listops.make_folder(  # only into an empty folder or one generated before
       args.data_dir, **{k: getattr(args, k) for k in listops.RELEASE_SETTINGS}, seed=args.seed,
       workers=args.workers or None)
   for split, path in paths.items():
@@ -37,20 +61,32 @@ def _one_source(args, first: str) -> None:
     raise UserError(f"give exactly one of --{first} and --tfds_dir")
 
 
+def _source(args, first: str) -> dict:
+  """Where prepared data came from, for its record: the path given and its size in bytes."""
+  path = getattr(args, first) or args.tfds_dir
+  source = {first if getattr(args, first) else "tfds_dir": os.path.abspath(path)}
+  if os.path.isfile(path):
+    source["bytes"] = os.path.getsize(path)
+  return source
+
+
 def _text(args) -> None:
   from lra.data import text
   _one_source(args, "imdb_tar")
-  for split in ("train", "test"):
-    if args.imdb_tar:
-      texts, labels = text.load_raw_imdb(args.imdb_tar, split)
-    else:
-      texts, labels = text.load_tfds_imdb(split, args.tfds_dir)
-    # One writer at a time in a shared folder; the split is published only when complete.
-    with publish.locked(args.data_dir), store.SplitWriter(args.data_dir, split, len(labels), {
-        "inputs": ((args.max_len,), np.uint16), "labels": ((), np.int32)}) as writer:
-      for row, data in enumerate(tqdm.tqdm(texts, desc=f"text {split}", unit="review")):
-        writer[row] = {"inputs": text.encode_bytes(data, args.max_len), "labels": labels[row]}
-    print(f"wrote {split}: {len(labels)} reviews to {args.data_dir}")
+  # Both splits are read (and a damaged source refused) before anything is written.
+  sources = {split: text.load_raw_imdb(args.imdb_tar, split) if args.imdb_tar else
+             text.load_tfds_imdb(split, args.tfds_dir) for split in ("train", "test")}
+  made = {"task": "text", "settings": {"max_len": args.max_len},
+          "source": _source(args, "imdb_tar")}
+  # One writer at a time in a shared folder (its lock); each split is published only when
+  # complete, and the record of what made the folder last.
+  with record.writing(args.data_dir, made, record.npy_files(sources, ("inputs", "labels"))):
+    for split, (texts, labels) in sources.items():
+      with store.SplitWriter(args.data_dir, split, len(labels), {
+          "inputs": ((args.max_len,), np.uint16), "labels": ((), np.int32)}) as writer:
+        for row, data in enumerate(tqdm.tqdm(texts, desc=f"text {split}", unit="review")):
+          writer[row] = {"inputs": text.encode_bytes(data, args.max_len), "labels": labels[row]}
+      print(f"wrote {split}: {len(labels)} reviews to {args.data_dir}")
 
 
 def _image(args) -> None:
@@ -65,10 +101,12 @@ def _image(args) -> None:
   else:
     splits = {s: image.load_tfds_cifar10(name, args.tfds_dir) for s, name in
               (("train", "train[:90%]"), ("val", "train[90%:]"), ("test", "test"))}
-  for split, (pixels, labels) in splits.items():
-    with publish.locked(args.data_dir):  # one writer at a time in a shared folder
+  made = {"task": "image", "settings": {}, "source": _source(args, "cifar")}
+  # One writer at a time in a shared folder (its lock); the record of what made it last.
+  with record.writing(args.data_dir, made, record.npy_files(splits, ("inputs", "labels"))):
+    for split, (pixels, labels) in splits.items():
       store.write_split(args.data_dir, split, {"inputs": pixels, "labels": labels})
-    print(f"wrote {split}: {len(labels)} images to {args.data_dir}")
+      print(f"wrote {split}: {len(labels)} images to {args.data_dir}")
 
 
 def _retrieval(args) -> None:
@@ -140,4 +178,4 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
   args = parser().parse_args(argv)
-  run_command(args.run, args)  # missing or malformed input, bad settings: one line
+  run_command(_checked_run, args)  # missing or malformed input, bad settings: one line

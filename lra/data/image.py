@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import os
 import posixpath
-import tarfile
 
 import numpy as np
 
-from lra.data import store
+from lra.data import archive, record, store
 from lra.data.tasks import SPLITS, Task, require_prepared
 from lra.data.text import open_tfds_source
 from lra.errors import UserError
@@ -31,6 +30,9 @@ RAW_FILES: dict[str, tuple[str, ...]] = {
     "train": tuple(f"data_batch_{i}.bin" for i in range(1, 6)),
     "test": ("test_batch.bin",),
 }
+# What the CIFAR-10 binary version holds (10,000 images per batch file): fewer means a damaged
+# download. Tests set smaller counts for their tiny files.
+RELEASE_IMAGES: dict[str, int] = {"train": 50_000, "test": 10_000}
 
 _TO_FLOAT = np.float32(1 / 255)  # tf.image.convert_image_dtype uint8 -> float32
 _FROM_FLOAT = np.float32(255.5)  # convert_image_dtype float32 -> uint8 (dtype max + 0.5)
@@ -114,17 +116,8 @@ def _read_raw_files(path: str, names: tuple[str, ...]) -> list[tuple[str, bytes]
     raise UserError(f"CIFAR-10 binary data not found: {path} (expected the folder "
                     "cifar-10-batches-bin or the tarball cifar-10-binary.tar.gz)")
   found: dict[str, tuple[str, bytes]] = {}
-  try:
-    # One streaming pass: seeking back in a gzip stream would decompress it again.
-    with tarfile.open(path, "r|*") as tar:
-      for member in tar:
-        base = posixpath.basename(member.name)
-        if base in names and base not in found and member.isfile():
-          handle = tar.extractfile(member)
-          assert handle is not None  # regular files always have contents
-          found[base] = (f"{path}:{member.name}", handle.read())
-  except tarfile.TarError as e:
-    raise UserError(f"{path} is not a readable tar archive: {e}") from e
+  for member, data in archive.read_members(path, lambda m: posixpath.basename(m) in names).items():
+    found.setdefault(posixpath.basename(member), (f"{path}:{member}", data))
   missing = [name for name in names if name not in found]
   if missing:
     raise UserError(f"{path} has no member named {', '.join(missing)}")
@@ -140,15 +133,24 @@ def load_raw_cifar10(path: str, split: str) -> tuple[np.ndarray, np.ndarray]:
   if split not in RAW_FILES:
     raise ValueError(f"split must be one of {tuple(RAW_FILES)}, got {split!r}")
   decoded = [_decode_batch(data, name) for name, data in _read_raw_files(path, RAW_FILES[split])]
-  return (np.concatenate([pixels for pixels, _ in decoded]),
-          np.concatenate([labels for _, labels in decoded]))
+  labels = np.concatenate([labels for _, labels in decoded])
+  if len(labels) < RELEASE_IMAGES[split]:
+    raise archive.corrupt(path, f"its {split} files hold {len(labels)} of the "
+                          f"{RELEASE_IMAGES[split]} images of CIFAR-10")
+  if len(labels) > RELEASE_IMAGES[split]:
+    raise UserError(f"{path}: its {split} files hold {len(labels)} images, not the "
+                    f"{RELEASE_IMAGES[split]} of CIFAR-10; pass the original download")
+  return np.concatenate([pixels for pixels, _ in decoded]), labels
 
 
 def load(config) -> Task:
   """The prepared Image task; black pixels are real tokens unless config.data.black_is_padding."""
   data = config.data
-  require_prepared(data.data_dir, SPLITS, "Image",
-                   f"python -m lra.data image --data_dir={data.data_dir} "
-                   f"--cifar=PATH/cifar-10-binary.tar.gz  (or --tfds_dir=DIR)")
-  splits = {s: store.load_split(data.data_dir, s, ["inputs"], SEQ_LEN) for s in SPLITS}
-  return Task("image", NUM_CLASSES, 256, SEQ_LEN, False, splits, padding=data.black_is_padding)
+  remake = (f"python -m lra.data image --data_dir={data.data_dir} "
+            f"--cifar=PATH/cifar-10-binary.tar.gz  (or --tfds_dir=DIR)")
+  require_prepared(data.data_dir, SPLITS, "Image", remake)
+  note = record.check(data.data_dir, "image", data, remake)  # made by this code, as image data
+  splits = {s: store.load_split(data.data_dir, s, ["inputs"], SEQ_LEN, remake=remake)
+            for s in SPLITS}
+  return Task("image", NUM_CLASSES, 256, SEQ_LEN, False, splits, padding=data.black_is_padding,
+              data=note)

@@ -18,8 +18,9 @@ from typing import Iterable, Union
 import numpy as np
 from tqdm import tqdm
 
-from lra.data import publish
+from lra.data import publish, record
 from lra.data.tasks import SPLITS, Task
+from lra.data.text import decode_utf8
 from lra.errors import UserError
 
 OPERATORS: tuple[str, ...] = ("[MIN", "[MAX", "[MED", "[SM")
@@ -41,6 +42,7 @@ RELEASE_SETTINGS: dict[str, int] = dict(num_train=96_000, num_val=2_000, num_tes
                                         max_args=10)
 
 HEADER = "Source\tTarget"
+FILES = {split: f"basic_{split}.tsv" for split in ("train", "val", "test")}  # in a data folder
 
 # Each generation chunk stops after this many accepted trees or this many tries, whichever
 # comes first, so a chunk's output depends only on its seed.
@@ -228,6 +230,9 @@ def generate_split_files(data_dir: str | os.PathLike, *, num_train: int, num_val
 
   The LRA release is generate_split_files(data_dir, **RELEASE_SETTINGS)."""
   counts = {"train": num_train, "val": num_val, "test": num_test}
+  for split, num in counts.items():  # a negative count would slice rows of another split
+    if num < 1:
+      raise UserError(f"num_{split}={num}: every ListOps split needs at least one example")
   total = sum(counts.values())
   examples = generate(total, min_length=min_length, max_length=max_length,
                       max_depth=max_depth, max_args=max_args, seed=seed, workers=workers,
@@ -266,13 +271,14 @@ def read_split(path: str | os.PathLike, max_length: int) -> tuple[np.ndarray, np
 
   inputs: list[np.ndarray] = []
   labels: list[int] = []
-  with open(path, encoding="utf-8", newline="") as f:
-    header = f.readline()
+  with open(path, "rb") as f:
+    lines = (decode_utf8(raw, f"{path}, line {n}") for n, raw in enumerate(f, start=1))
+    header = next(lines, "")
     if not header:
       raise bad(1, f"file is empty, expected header {HEADER!r}")
     if header.rstrip("\r\n") != HEADER:
       raise bad(1, f"expected header {HEADER!r}, got {header.rstrip(chr(13) + chr(10))[:60]!r}")
-    for line_no, line in enumerate(f, start=2):
+    for line_no, line in enumerate(lines, start=2):
       columns = line.rstrip("\r\n").split("\t")
       if len(columns) != 2:
         raise bad(line_no, f"expected 2 tab-separated columns, got {len(columns)}")
@@ -304,29 +310,61 @@ def generate_command(data) -> str:
       f" --{k}={v}" for k, v in _generator_settings(data).items()))
 
 
+def _record(data_dir: str) -> dict | None:
+  """The folder's data record; a generator.json (what this code wrote before records) counts."""
+  made = record.read(data_dir)
+  legacy = os.path.join(data_dir, "generator.json")
+  if made is None and os.path.isfile(legacy):
+    try:
+      with open(legacy, encoding="utf-8") as f:
+        settings = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      raise UserError(f"{legacy} is not readable ({e}); delete {data_dir} and generate the "
+                      f"data again") from None
+    made = {"task": "listops", "format": record.FORMAT, "settings": settings,
+            "source": {"generator": __name__}, "complete": True,
+            "files": [*FILES.values(), "generator.json"]}
+  return made
+
+
+def make_folder(data_dir: str, *, workers: int | None = None, progress: bool = True,
+                **settings) -> dict[str, str]:
+  """generate_split_files into an empty folder or one generated before, with its record."""
+  data_dir = os.fspath(data_dir)
+  made = {"task": "listops", "settings": settings, "source": {"generator": __name__}}
+  with record.writing(data_dir, made, FILES.values(), previous=_record(data_dir)):
+    return generate_split_files(data_dir, **settings, workers=workers, progress=progress)
+
+
 def load(config) -> Task:
-  """The ListOps task from config.data.data_dir, generated there first if missing and allowed."""
+  """The ListOps task from config.data.data_dir, generated there first if missing and allowed.
+
+  Files given by hand (the release's) are read as they are; generated ones must have been
+  generated with the config's settings (lra.data.record)."""
   data = config.data
-  files = {s: os.path.join(data.data_dir, f"basic_{s}.tsv") for s in SPLITS}
+  files = {s: os.path.join(data.data_dir, name) for s, name in FILES.items()}
 
-  def missing() -> list[str]:
-    return [p for p in files.values() if not os.path.exists(p)]
+  def complete() -> bool:
+    return all(map(os.path.exists, files.values())) and record.is_complete(_record(data.data_dir))
 
-  if missing() and not data.generate_if_missing:
-    raise UserError(f"ListOps data not found ({missing()[0]}); make it with: "
+  if not complete() and not data.generate_if_missing:
+    raise UserError(f"ListOps data not found or incomplete in {data.data_dir}; make it with: "
                     f"{generate_command(data)}")
 
   def make():
     print(f"ListOps data not found in {data.data_dir}; generating it "
           f"(same as: {generate_command(data)})", flush=True)
-    generate_split_files(data.data_dir, **_generator_settings(data),
-                         workers=data.workers or None)
-    with publish.atomic_write(os.path.join(data.data_dir, "generator.json")) as f:
-      json.dump(_generator_settings(data), f, indent=1)
+    make_folder(data.data_dir, **_generator_settings(data), workers=data.workers or None)
 
   # Every process of a multi-host run gets here: one generates, the others wait and read.
-  # The test split's file is published last, so all three present means complete.
-  publish.prepare_once(data.data_dir, lambda: not missing(), make)
+  publish.prepare_once(data.data_dir, complete, make)
+  made = _record(data.data_dir)
+  note = {"record": None, "cut": None}
+  if made is not None:
+    note = record.compare(made, data.data_dir, "listops", data, generate_command(data))
+    longest = made["settings"]["max_length"] - 1  # trees are shorter than max_length
+    if data.max_len < longest:
+      note["cut"] = {"from": longest, "to": data.max_len}
   splits = {}
   for split, path in files.items():
     try:
@@ -335,4 +373,4 @@ def load(config) -> Task:
       raise UserError(f"{e}; fix or delete the file (ListOps data can be regenerated with: "
                       f"{generate_command(data)})") from None
     splits[split] = {"inputs": inputs.astype(np.uint8), "labels": labels}
-  return Task("listops", NUM_CLASSES, VOCAB_SIZE, data.max_len, False, splits)
+  return Task("listops", NUM_CLASSES, VOCAB_SIZE, data.max_len, False, splits, data=note)

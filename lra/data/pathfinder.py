@@ -12,8 +12,9 @@ import numpy as np
 import tqdm
 from PIL import Image
 
-from lra.data import publish, store
+from lra.data import publish, record, store
 from lra.data.tasks import SPLITS, Task
+from lra.data.text import decode_utf8
 from lra.errors import UserError
 
 # Level name -> the release's folder; the generator's levels and the data command's choices
@@ -23,6 +24,7 @@ LEVEL_FOLDERS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9
 # The one known empty image of the original release.
 KNOWN_EMPTY = {("curv_baseline", "imgs/0", "sample_172.png")}
 SPLIT_FRACTIONS = (("train", 0.8), ("val", 0.1), ("test", 0.1))
+IMAGES_TASK = "pathfinder images"  # the record task of a folder the generator wrote
 
 
 def find_level_dir(root: str, size: int, level: str) -> str:
@@ -46,8 +48,9 @@ def read_metadata(level_dir: str) -> list[tuple[str, int]]:
   items = []
   for name in names:
     meta_path = os.path.join(meta_dir, name)
-    with open(meta_path) as f:
-      for number, line in enumerate(f, 1):
+    with open(meta_path, "rb") as f:
+      for number, raw in enumerate(f, 1):
+        line = decode_utf8(raw, f"{meta_path}, line {number}")
         fields = line.split()
         if not fields:
           continue
@@ -80,11 +83,27 @@ def split_bounds(num: int) -> dict[str, tuple[int, int]]:
   return {"train": (0, train_end), "val": (train_end, val_end), "test": (val_end, num)}
 
 
+def _made(level_dir: str, size: int) -> dict:
+  """The record of splits prepared from level_dir: the generator's settings if our generator
+  made it (its own record says so), else the release folder's size and level."""
+  images = record.read(level_dir)
+  if images is not None and images["task"] == IMAGES_TASK and images.get("complete"):
+    return {"task": "pathfinder", "source": images["source"], "settings": {
+        k: images["settings"][k] for k in ("size", "level", "num_images", "seed")}}
+  level = {v: k for k, v in LEVEL_FOLDERS.items()}.get(os.path.basename(
+      os.path.normpath(level_dir)))
+  return {"task": "pathfinder", "settings": {"size": size, "level": level},
+          "source": {"release_dir": os.path.abspath(level_dir)}}
+
+
 def prepare(level_dir: str, data_dir: str, size: int, progress: bool = True) -> dict[str, int]:
   """Decodes the release's images into prepared splits in data_dir, one writer at a time."""
   items = read_metadata(level_dir)
   counts = {}
-  with publish.locked(data_dir):  # a concurrent prepare of this folder waits, then rewrites it
+  # A concurrent prepare of this folder waits (its lock), then rewrites it; the record of
+  # what made the splits is written last.
+  with record.writing(data_dir, _made(level_dir, size), record.npy_files(SPLITS, (
+      "inputs", "labels"))):
     for split, (start, end) in split_bounds(len(items)).items():
       with store.SplitWriter(data_dir, split, end - start, {
           "inputs": ((size * size,), np.uint8), "labels": ((), np.int32)}) as writer:
@@ -116,6 +135,12 @@ def generate_command(data) -> str:
           f"--level={data.level} --num_images={data.num_images} --seed={data.seed}")
 
 
+def _complete(prepared: str) -> bool:
+  """All splits published, and the record (if any) finished: the labels alone are not enough
+  once a rewrite of the folder has begun."""
+  return store.exists(prepared, SPLITS) and record.is_complete(record.read(prepared))
+
+
 def load(config) -> Task:
   """Pathfinder or Path-X (config.task) from prepared splits, generated first if allowed."""
   data = config.data
@@ -123,7 +148,7 @@ def load(config) -> Task:
     raise UserError(f"config.data.level={data.level!r} is not one of "
                     f"{', '.join(LEVEL_FOLDERS)}")
   prepared = prepared_dir(data.data_dir, data.level)
-  if not store.exists(prepared, SPLITS):
+  if not _complete(prepared):
     if not data.generate_if_missing:
       raise UserError(f"Pathfinder data not found in {prepared}; make it with: "
                       f"{generate_command(data)}  (or add --release_dir=PATH/lra_release "
@@ -141,8 +166,15 @@ def load(config) -> Task:
                            workers=data.workers or None)
 
     # Every process of a multi-host run gets here: one generates, the others wait and read
-    # (the test split's labels, published last, mark the prepared data complete).
-    publish.prepare_once(data.data_dir, lambda: store.exists(prepared, SPLITS), make)
+    # (the record, written last, marks the prepared data complete).
+    publish.prepare_once(data.data_dir, lambda: _complete(prepared), make)
+  # Made with the config's settings (or read from the release at its size and level)?
+  note = record.check(prepared, "pathfinder", data, f"{generate_command(data)}  (or, from the "
+                      f"original release: python -m lra.data pathfinder --data_dir="
+                      f"{data.data_dir} --size={data.size} --level={data.level} "
+                      f"--release_dir=PATH/lra_release)")
   length = data.size * data.size
-  splits = {s: store.load_split(prepared, s, ["inputs"], length) for s in SPLITS}
-  return Task(config.task, 2, 256, length, False, splits, padding=data.black_is_padding)
+  splits = {s: store.load_split(prepared, s, ["inputs"], length, remake=generate_command(data))
+            for s in SPLITS}
+  return Task(config.task, 2, 256, length, False, splits, padding=data.black_is_padding,
+              data=note)

@@ -28,6 +28,7 @@ import secrets
 from typing import Callable, Iterator
 
 LOCK_NAME = ".lra-data.lock"
+TEMP_PREFIX = ".tmp-"  # hidden names of files being written (temp_path)
 
 _held: set[str] = set()  # lock files this process holds (flock would deadlock on a re-take)
 
@@ -80,7 +81,7 @@ def temp_path(final: str | os.PathLike) -> str:
   final = os.fspath(final)
   folder, name = os.path.split(os.path.abspath(final))
   while True:
-    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{secrets.token_hex(6)}-{name}")
+    tmp = os.path.join(folder, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}-{name}")
     try:
       os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     except FileExistsError:  # a name another writer drew: draw again

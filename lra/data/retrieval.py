@@ -6,13 +6,14 @@ cut to 10,000 bytes, then to `max_len` byte tokens (id = byte + 1), as the origi
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Iterator
 
 import numpy as np
 import tqdm
 
-from lra.data import publish, store, text
+from lra.data import record, store, text
 from lra.data.tasks import SPLITS, Task, require_prepared
 from lra.errors import UserError
 
@@ -27,6 +28,8 @@ def iter_pairs(path: str) -> Iterator[tuple[int, bytes, bytes]]:
     raise UserError(f"AAN file not found: {path}")
   with open(path, "rb") as f:
     for number, line in enumerate(f, 1):
+      # The model reads bytes, but bytes that are not UTF-8 mean a damaged or re-encoded file.
+      text.decode_utf8(line, f"{path}, line {number}")
       columns = line.rstrip(b"\r\n").split(b"\t")
       if len(columns) != 5:
         raise UserError(f"{path}, line {number}: expected 5 tab-separated columns "
@@ -50,18 +53,24 @@ def prepare(release_dir: str, data_dir: str, max_len: int = 4000,
       raise UserError(f"AAN file not found: {source} (expected the release's "
                       f"tsv_data folder with {', '.join(SPLIT_FILES.values())})")
   counts = {}
-  with publish.locked(data_dir):  # a concurrent prepare of this folder waits, then rewrites it
+  # A concurrent prepare of this folder waits for its lock (record.writing), then rewrites it.
+  # The splits are published together once all three files have been read, so a malformed
+  # file changes nothing; the record comes last.
+  made = {"task": "retrieval", "settings": {"max_len": max_len},
+          "source": {"release_dir": os.path.abspath(release_dir)}}
+  files = record.npy_files(SPLITS, ("inputs", "inputs2", "labels"))
+  with record.writing(data_dir, made, files), contextlib.ExitStack() as writers:
     for split, source in sources.items():
       with open(source, "rb") as f:
         num = sum(1 for _ in f)
-      with store.SplitWriter(data_dir, split, num, {
+      writer = writers.enter_context(store.SplitWriter(data_dir, split, num, {
           "inputs": ((max_len,), np.uint16), "inputs2": ((max_len,), np.uint16),
-          "labels": ((), np.int32)}) as writer:
-        rows = tqdm.tqdm(iter_pairs(source), total=num, desc=f"retrieval {split}",
-                         disable=not progress, unit="pair")
-        for row, (label, first, second) in enumerate(rows):
-          writer[row] = {"inputs": text.encode_bytes(first, max_len),
-                         "inputs2": text.encode_bytes(second, max_len), "labels": label}
+          "labels": ((), np.int32)}))
+      rows = tqdm.tqdm(iter_pairs(source), total=num, desc=f"retrieval {split}",
+                       disable=not progress, unit="pair")
+      for row, (label, first, second) in enumerate(rows):
+        writer[row] = {"inputs": text.encode_bytes(first, max_len),
+                       "inputs2": text.encode_bytes(second, max_len), "labels": label}
       counts[split] = num
   return counts
 
@@ -69,9 +78,11 @@ def prepare(release_dir: str, data_dir: str, max_len: int = 4000,
 def load(config) -> Task:
   """The prepared Retrieval task: pairs of byte sequences (a dual-encoder task)."""
   data = config.data
-  require_prepared(data.data_dir, SPLITS, "Retrieval",
-                   f"python -m lra.data retrieval --data_dir={data.data_dir} "
-                   f"--release_dir=PATH/lra_release/tsv_data")
-  splits = {s: store.load_split(data.data_dir, s, ["inputs", "inputs2"], data.max_len)
-            for s in SPLITS}
-  return Task("retrieval", text.NUM_CLASSES, text.VOCAB_SIZE, data.max_len, True, splits)
+  remake = (f"python -m lra.data retrieval --data_dir={data.data_dir} "
+            f"--release_dir=PATH/lra_release/tsv_data --max_len={data.max_len}")
+  require_prepared(data.data_dir, SPLITS, "Retrieval", remake)
+  note = record.check(data.data_dir, "retrieval", data, remake)  # made with these settings
+  splits = {s: store.load_split(data.data_dir, s, ["inputs", "inputs2"], data.max_len,
+                                remake=remake) for s in SPLITS}
+  return Task("retrieval", text.NUM_CLASSES, text.VOCAB_SIZE, data.max_len, True, splits,
+              data=note)

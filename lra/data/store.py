@@ -11,6 +11,7 @@ from typing import Iterable
 import numpy as np
 
 from lra.data import publish
+from lra.errors import UserError
 
 
 def path(data_dir: str, split: str, field: str) -> str:
@@ -100,13 +101,64 @@ class Rows:
     return out
 
 
+# np.lib.format's header readers by .npy version; the writer above makes version 1.0 (2.0
+# for very wide headers).
+_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0,
+                   (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def open_array(file: str, ndim: int, remake: str) -> np.memmap:
+  """A prepared integer array of `ndim` dimensions, memory-mapped (nothing read but its header).
+
+  A file that is empty, cut short, pickled or of another shape or dtype raises one UserError
+  that names it and `remake`, the command that makes it again (never np.load's own advice).
+  """
+  def damaged(what: str) -> UserError:
+    return UserError(f"{file} is damaged ({what}); make the data again with: {remake}")
+
+  try:
+    with open(file, "rb") as f:
+      version = np.lib.format.read_magic(f)
+      if version not in _HEADER_READERS:
+        raise damaged(f".npy format version {version}, which the data command never writes")
+      shape, _, dtype = _HEADER_READERS[version](f)
+      data_start = f.tell()
+  except FileNotFoundError:
+    raise UserError(f"{file} is missing; make the data again with: {remake}") from None
+  except ValueError as e:  # numpy's message for a bad magic string or header
+    raise damaged(f"not a readable .npy file: {e}") from None
+  if dtype.hasobject:
+    raise damaged("it holds pickled Python objects, not a prepared integer array")
+  if dtype.kind not in "iu" or len(shape) != ndim:
+    raise damaged(f"{dtype} array of shape {shape}, expected {ndim}-D integers")
+  size, expected = os.path.getsize(file), data_start + int(np.prod(shape)) * dtype.itemsize
+  if size != expected:
+    raise damaged(f"{size} bytes, its header's shape {shape} needs {expected}")
+  return np.load(file, mmap_mode="r")
+
+
+def num_rows(data_dir: str, split: str, remake: str) -> int:
+  """The number of examples of a prepared split, read from its labels file's header."""
+  return len(open_array(path(data_dir, split, "labels"), 1, remake))
+
+
 def load_split(data_dir: str, split: str, fields: Iterable[str], max_len: int,
-               index: np.ndarray | None = None) -> dict:
-  """Token fields as on-demand `Rows` cut to `max_len`; labels in memory."""
-  labels = np.load(path(data_dir, split, "labels"))
+               index: np.ndarray | None = None,
+               remake: str = "python -m lra.data TASK --data_dir=DIR ...") -> dict:
+  """Token fields as on-demand `Rows` cut to `max_len`; labels in memory.
+
+  Every file is checked against its header and the labels' row count first (`remake`: the
+  command that makes the data again, for the message)."""
+  labels_file = path(data_dir, split, "labels")
+  labels = open_array(labels_file, 1, remake)
   index = np.arange(len(labels)) if index is None else index
-  out = {"labels": labels[index].astype(np.int32)}
+  out = {"labels": np.asarray(labels[index], np.int32)}
   for field in fields:
     if field != "labels":
-      out[field] = Rows(np.load(path(data_dir, split, field), mmap_mode="r"), index, max_len)
+      file = path(data_dir, split, field)
+      rows = open_array(file, 2, remake)
+      if len(rows) != len(labels):
+        raise UserError(f"{file} has {len(rows)} rows but {labels_file} has {len(labels)}; "
+                        f"make the data again with: {remake}")
+      out[field] = Rows(rows, index, max_len)
   return out

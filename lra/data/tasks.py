@@ -32,6 +32,10 @@ class Task:
   # arrays may be lazy row readers (lra.data.store.Rows).
   splits: dict[str, dict]
   padding: bool = True  # token id 0 is padding; if False every position is real (pixels)
+  # What made the data (its lra.data.record, or None for files given by hand) and any cut of
+  # the rows to max_len: {"record": ..., "cut": {"from": L, "to": max_len} or None}. The
+  # trainer writes it into results.json, so a result says which data it was measured on.
+  data: dict = dataclasses.field(default_factory=lambda: {"record": None, "cut": None})
 
 
 def require_prepared(data_dir: str, splits, what: str, command: str) -> None:

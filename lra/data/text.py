@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import tarfile
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from lra.data import store
+from lra.data import archive, record, store
 from lra.data.tasks import Task, require_prepared
 from lra.errors import UserError
 
@@ -90,46 +89,64 @@ def load_tfds_imdb(split: str, data_dir: str | None) -> tuple[list[bytes], np.nd
   return texts, labels
 
 
+def decode_utf8(data: bytes, where: str) -> str:
+  """`data` as text; bytes that are not UTF-8 raise UserError naming `where` (file and line)."""
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise UserError(f"{where}: not UTF-8 text (byte 0x{data[e.start]:02x} at column "
+                    f"{e.start + 1}); the file is damaged or in another encoding, fetch or "
+                    "save it again as UTF-8") from None
+
+
+# What aclImdb_v1.tar.gz holds (12,500 pos + 12,500 neg per split): fewer means the archive is
+# damaged. Tests set smaller counts for their tiny archives.
+RELEASE_REVIEWS: dict[str, int] = {"train": 25_000, "test": 25_000}
+
+
 def load_raw_imdb(tar_path: str, split: str) -> tuple[list[bytes], np.ndarray]:
   """Reads aclImdb/<split>/{pos,neg}/*.txt from aclImdb_v1.tar.gz without extracting it.
 
   Returns (texts, int32 labels: 1 = pos, 0 = neg), sorted by member name. Each text has
-  surrounding whitespace stripped, as the TFDS builder does, so both sources agree.
+  surrounding whitespace stripped, as the TFDS builder does, so both sources agree. A damaged
+  archive, a review count other than RELEASE_REVIEWS[split] or a review that is not UTF-8
+  raises UserError.
   """
   if split not in RAW_SPLITS:
     raise ValueError(f"split must be one of {RAW_SPLITS}, got {split!r}")
+  if os.path.isdir(tar_path):
+    raise UserError(f"{tar_path} is a folder; pass the IMDb tarball aclImdb_v1.tar.gz itself")
   if not os.path.isfile(tar_path):
     raise UserError(f"IMDb tarball not found: {tar_path}")
   pattern = re.compile(rf"aclImdb/{split}/(pos|neg)/[^/]+\.txt")
-  found: list[tuple[str, bytes, int]] = []
-  # One pass in archive order: jumping back in a gzip stream would re-decompress from the start.
-  try:
-    with tarfile.open(tar_path, "r|*") as tar:
-      for member in tar:
-        match = pattern.fullmatch(member.name)
-        if not (match and member.isfile()):
-          continue
-        handle = tar.extractfile(member)
-        assert handle is not None  # regular files always have contents
-        found.append((member.name, handle.read().strip(), 1 if match.group(1) == "pos" else 0))
-  except tarfile.TarError as e:
-    raise UserError(f"{tar_path} is not a readable tar archive: {e}") from e
-  if not found:
+  members = archive.read_members(tar_path, pattern.fullmatch)
+  if not members:
     raise UserError(f"{tar_path} has no aclImdb/{split}/pos/*.txt or "
-                    f"aclImdb/{split}/neg/*.txt members")
-  found.sort(key=lambda item: item[0])
-  texts = [text for _, text, _ in found]
-  labels = [label for _, _, label in found]
+                    f"aclImdb/{split}/neg/*.txt members: it is not aclImdb_v1.tar.gz, or it is "
+                    "truncated; fetch it again")
+  expected = RELEASE_REVIEWS[split]
+  if len(members) < expected:
+    raise archive.corrupt(tar_path, f"it holds {len(members)} of the {expected} "
+                          f"aclImdb/{split} reviews of aclImdb_v1.tar.gz")
+  if len(members) > expected:
+    raise UserError(f"{tar_path} holds {len(members)} aclImdb/{split} reviews, not the "
+                    f"{expected} of aclImdb_v1.tar.gz; pass the original download")
+  names = sorted(members)
+  for name in names:
+    decode_utf8(members[name], f"{tar_path}, member {name}")
+  texts = [members[name].strip() for name in names]
+  labels = [1 if pattern.fullmatch(name).group(1) == "pos" else 0 for name in names]
   return texts, np.asarray(labels, np.int32)
 
 
 def load(config) -> Task:
   """The prepared Text task; validation is a held-out part of train, or the test split."""
   data = config.data
-  require_prepared(data.data_dir, ("train", "test"), "Text",
-                   f"python -m lra.data text --data_dir={data.data_dir} "
-                   f"--imdb_tar=PATH/aclImdb_v1.tar.gz  (or --tfds_dir=DIR)")
-  num_train = len(np.load(store.path(data.data_dir, "train", "labels")))
+  remake = (f"python -m lra.data text --data_dir={data.data_dir} "
+            f"--imdb_tar=PATH/aclImdb_v1.tar.gz --max_len={data.max_len}  (or --tfds_dir=DIR)")
+  require_prepared(data.data_dir, ("train", "test"), "Text", remake)
+  note = record.check(data.data_dir, "text", data, remake)  # made with the config's settings
+  num_train = store.num_rows(data.data_dir, "train", remake)
   if data.validation == "heldout":
     # A fixed random 10% of train, so validation never sees the test set.
     order = np.random.default_rng(data.split_seed).permutation(num_train)
@@ -141,7 +158,7 @@ def load(config) -> Task:
   else:
     raise UserError(f"config.data.validation={data.validation!r} is not 'heldout' or 'test'")
   load_split = lambda split, index=None: store.load_split(data.data_dir, split, ["inputs"],
-                                                          data.max_len, index)
+                                                          data.max_len, index, remake)
   splits = {"train": load_split("train", train_index), "val": load_split(val_source, val_index),
             "test": load_split("test")}
-  return Task("text", NUM_CLASSES, VOCAB_SIZE, data.max_len, False, splits)
+  return Task("text", NUM_CLASSES, VOCAB_SIZE, data.max_len, False, splits, data=note)

@@ -10,7 +10,8 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from lra.data import publish
+from lra.data import publish, record
+from lra.data.pathfinder import IMAGES_TASK
 from lra.data.pathfinder_gen.params import Params, params_for
 from lra.data.pathfinder_gen.snakes import sample
 from lra.errors import UserError
@@ -74,6 +75,25 @@ def generate_release(out_dir: str | os.PathLike, *, size: int, level: str, num_i
   if workers < 1:
     raise UserError(f"workers must be >= 1, got {workers}")
   level_dir = os.path.join(os.fspath(out_dir), params.level_folder)
+  settings = dict(size=size, level=level, num_images=num_images, seed=seed,
+                  images_per_folder=images_per_folder)
+  made = {"task": IMAGES_TASK, "settings": settings, "source": {"generator": __package__}}
+  # Only into an empty folder or one generated before, whose other images and metadata files
+  # (a bigger run's) are removed: the reader takes every metadata file it finds.
+  with record.writing(level_dir, made, _files(num_images, images_per_folder)):
+    _write_all(level_dir, size, level, seed, num_images, images_per_folder, workers, progress)
+  return level_dir
+
+
+def _files(num_images: int, per_folder: int) -> list[str]:
+  """The files a generated level folder holds (relative paths), for its record."""
+  return ([f"metadata/{folder}.npy" for folder in range(-(-num_images // per_folder))]
+          + [f"imgs/{k // per_folder}/sample_{k % per_folder}.png" for k in range(num_images)])
+
+
+def _write_all(level_dir: str, size: int, level: str, seed: int, num_images: int,
+               images_per_folder: int, workers: int, progress: bool) -> None:
+  params = params_for(size, level)
   num_folders = -(-num_images // images_per_folder)
   os.makedirs(os.path.join(level_dir, "metadata"), exist_ok=True)
   for folder in range(num_folders):
@@ -103,5 +123,4 @@ def generate_release(out_dir: str | os.PathLike, *, size: int, level: str, num_i
       # spawn, not fork: the caller may already run JAX's threads, which a fork would copy broken.
       with multiprocessing.get_context("spawn").Pool(min(workers, len(args))) as pool:
         collect(pool.imap(_make_chunk, args))
-  return level_dir
 

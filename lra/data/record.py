@@ -1,0 +1,185 @@
+"""The record of what made a data folder (`lra-data.json`): written last, compared on load.
+
+Every folder this code base generates or prepares gets one record: the task, the settings that
+decide its content (each named as the config.data field that asks for it), where the data came
+from, and the files it made. It gives two promises:
+
+- A user's files are never overwritten: data is written only into an empty folder or one whose
+  record lists every file in it. A rewrite removes the files the old record listed that the new
+  one does not make (no leftovers of an older run are read), and touches nothing else.
+- Data made with other settings is never used silently: `compare` stops a run whose config asks
+  for other settings, naming the field and the command that remakes the data. The one setting a
+  config may ask smaller than the data is `max_len`: the rows are cut, and the note of the cut
+  goes with the task into results.json.
+
+Data a user provides by hand (the LRA release files, raw archives) has no record and is read as
+it is; the record exists for what this code made from it.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Iterable, Iterator
+
+from lra.data import publish, store
+from lra.errors import UserError
+
+NAME = "lra-data.json"
+FORMAT = 1  # raised when an encoding changes, so data of an older encoding is made again
+CUTTABLE = "max_len"  # rows longer than the config asks for are cut, and the cut is noted
+
+
+def npy_files(splits: Iterable[str], fields: Iterable[str]) -> list[str]:
+  """The file names of prepared splits (lra.data.store)."""
+  return [os.path.basename(store.path("", s, f)) for s in splits for f in fields]
+
+
+def read(folder: str | os.PathLike) -> dict | None:
+  """The folder's record, or None if it has none."""
+  path = os.path.join(folder, NAME)
+  try:
+    with open(path, encoding="utf-8") as f:
+      made = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise UserError(f"{path} is not a readable data record ({e}); delete {folder} and make "
+                    f"the data again") from None
+  if not isinstance(made, dict) or not {"task", "settings", "files"} <= made.keys():
+    raise UserError(f"{path} is not a data record of this code; delete {folder} and make the "
+                    f"data again")
+  return made
+
+
+def _write(folder: str, made: dict) -> None:
+  with publish.atomic_write(os.path.join(folder, NAME), "w", encoding="utf-8") as f:
+    json.dump(made, f, indent=1, sort_keys=True)
+    f.write("\n")
+
+
+def _present(folder: str) -> list[str]:
+  """Every file under folder (relative paths) but the lock, temporary files and the record."""
+  found = []
+  for root, _, names in os.walk(folder):
+    for name in names:
+      if name not in (NAME, publish.LOCK_NAME) and not name.startswith(publish.TEMP_PREFIX):
+        found.append(os.path.relpath(os.path.join(root, name), folder))
+  return sorted(found)
+
+
+def _stamps(folder: str, names: Iterable[str]) -> dict:
+  """Which file each name is now (inode, modification time, size), to see if any changed."""
+  stamps = {}
+  for name in names:
+    try:
+      stat = os.stat(os.path.join(folder, name))
+      stamps[name] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    except FileNotFoundError:
+      stamps[name] = None
+  return stamps
+
+
+def _remove(folder: str, name: str) -> None:
+  """Removes one file and the folders it leaves empty, up to (not including) `folder`."""
+  path = os.path.join(folder, name)
+  with contextlib.suppress(FileNotFoundError):
+    os.unlink(path)
+  parent = os.path.dirname(path)
+  while os.path.normpath(parent) != os.path.normpath(folder) and not os.listdir(parent):
+    os.rmdir(parent)
+    parent = os.path.dirname(parent)
+
+
+def _listed(folder: str, files: list[str], previous: dict | None) -> set[str]:
+  """The files the folder's record lists; refuses a folder holding any file it does not list."""
+  old = read(folder) or previous
+  listed = set(old["files"]) if old else set()
+  foreign = [name for name in _present(folder) if name not in listed]
+  if foreign:
+    missing = [name for name in files if not os.path.exists(os.path.join(folder, name))]
+    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+    partial = 0 < len(missing) < len(files)  # the user's own copy, with files missing
+    advice = (f"add the missing {', '.join(missing)} yourself, or " if partial else "") + \
+        "use an empty folder (another data_dir)"
+    raise UserError(f"{folder} holds files this code did not make ({shown}; no {NAME} lists "
+                    f"them), so nothing is written there and they are kept: {advice}")
+  return listed
+
+
+@contextlib.contextmanager
+def writing(folder: str | os.PathLike, made: dict, files: Iterable[str],
+            previous: dict | None = None) -> Iterator[None]:
+  """The block writes `files` into folder; then the record `made` (+ the files) is published.
+
+  One writer at a time (the folder's lock). A folder holding files that no record of ours lists
+  is refused. While the block runs the record says "incomplete" and lists the old and the new
+  files, so an interrupted run is redone by the next one, and no reader takes half-made data
+  for finished; a failure that replaced no file puts the old record back. `previous` stands for
+  a record kept in an older form (ListOps' generator.json).
+  """
+  folder, files = os.fspath(folder), sorted(files)
+  if os.path.isdir(folder):  # refused before the lock file is made in a folder not ours
+    _listed(folder, files, previous)
+  with publish.locked(folder):
+    listed = _listed(folder, files, previous)  # again: another process may have written
+    made, old, touched = {**made, "format": FORMAT}, read(folder), sorted(listed | set(files))
+    before = _stamps(folder, touched)
+    _write(folder, {**made, "complete": False, "files": touched})
+    try:
+      yield
+    except BaseException:  # cleanup only, re-raised: a failure that replaced no file
+      if _stamps(folder, touched) == before:  # leaves the older data (or none) as it was
+        if old:
+          _write(folder, old)
+        else:
+          os.unlink(os.path.join(folder, NAME))
+      raise
+    for name in sorted(listed - set(files)):  # leftovers of the older data: never read again
+      _remove(folder, name)
+    _write(folder, {**made, "complete": True, "files": files})
+
+
+def is_complete(made: dict | None) -> bool:
+  """False only for a record whose writing has not finished (no record: data given by hand)."""
+  return made is None or bool(made.get("complete"))
+
+
+def compare(made: dict, folder: str, task: str, data, remake: str) -> dict:
+  """Checks a finished record against config.data; returns the note for Task.data.
+
+  Every recorded setting must equal the config's field of that name; a smaller `max_len` cuts
+  the rows and is noted. A difference stops the run, naming the fields and the remake command.
+  """
+  if not made.get("complete"):
+    raise UserError(f"the data in {folder} is incomplete (making it was interrupted, or another "
+                    f"process is making it now); make it again with: {remake}")
+  differences = []
+  if made["task"] != task:
+    differences.append(f"it holds {made['task']} data, the config's task is {task}")
+  if made.get("format") != FORMAT:
+    differences.append(f"data format {made.get('format')}, this code reads format {FORMAT}")
+  cut = None
+  for key, value in sorted(made["settings"].items()):
+    wanted = data.get(key)
+    if key == CUTTABLE and isinstance(wanted, int) and wanted < 1:
+      raise UserError(f"config.data.{key}={wanted}: give at least 1 (token per example)")
+    if key == CUTTABLE and isinstance(wanted, int) and wanted < value:
+      cut = {"from": value, "to": wanted}
+    elif wanted != value:
+      differences.append(f"config.data.{key}={wanted!r}, the data has {key}={value!r}")
+  if differences:
+    raise UserError(f"{folder} was made with other settings ({'; '.join(differences)}); make "
+                    f"it again with: {remake}  (or point config.data.data_dir at another folder)")
+  return {"record": {k: v for k, v in made.items() if k not in ("files", "complete")},
+          "cut": cut}
+
+
+def check(folder: str, task: str, data, remake: str) -> dict:
+  """compare() for a prepared folder, which always has a record (this code made it)."""
+  made = read(folder)
+  if made is None:
+    raise UserError(f"{folder} has no {NAME}: it was prepared by an older version of this code "
+                    f"or by hand, so what made it is unknown; delete it and make it again with: "
+                    f"{remake}")
+  return compare(made, folder, task, data, remake)
