@@ -7,6 +7,7 @@ command again resumes from the last checkpoint in --workdir.
 """
 import logging as py_logging
 import os
+import re
 import shlex
 import sys
 
@@ -20,6 +21,10 @@ _COORDINATOR = flags.DEFINE_string(
     "(with --num_processes and --process_id); see also --multihost.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in a multi-host run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
+_ALLOW_CONFIG_CHANGE = flags.DEFINE_bool(
+    "allow_config_change", False,
+    "Resume the run in --workdir although settings that change its result differ from those "
+    "its checkpoints were made with, or it diverged (recorded in results.json).")
 _MULTIHOST = flags.DEFINE_bool("multihost", False,
                                "Call jax.distributed.initialize() with the cluster's "
                                "auto-detected settings (TPU pods, SLURM, ...).")
@@ -30,16 +35,41 @@ def _fail(message: str) -> None:
   sys.exit(2)
 
 
-def _is_unknown_override(error: AttributeError, argv) -> bool:
-  """Whether `error` is ml_collections' answer to --config.PATH.KEY=... for a missing KEY."""
+def _unknown_override(error: AttributeError, argv) -> str | None:
+  """The --config.PATH.KEY=... for a missing KEY that `error` is ml_collections' answer to."""
   key = str(error).strip("\"'")
-  return any(a.startswith("--config.") and a.split("=")[0].split(".")[-1] == key
-             for a in argv)
+  found = [a.split("=")[0] for a in argv
+           if a.startswith("--config.") and a.split("=")[0].split(".")[-1] == key]
+  return found[-1] if found else None
+
+
+def _config_specs(argv) -> list[str]:
+  """The values of --config (or -config) on the command line."""
+  return [a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+          for i, a in enumerate(argv) if re.match(r"--?config(=|$)", a)]
+
+
+def _override_message(flag: str, error: AttributeError, argv) -> str:
+  """A missing key; under config.model.attention, the settings the config's mixer takes."""
+  if flag.startswith("--config.model.attention."):
+    from configs import base
+    from models import registry, settings
+    model = base.parse_arg(_config_specs(argv)[-1].partition(":")[2] or None)[0]
+    try:
+      if model in registry.names():
+        registry.check_settings(model, [flag.split(".")[-1]])
+    except settings.SettingError as e:  # names the settings the mixer takes
+      return str(e)
+  return (f"bad --config override ({error}); a key must already exist in the config "
+          f"(see the config file for the valid keys)")
 
 
 def _parse_flags(argv):
   """absl's parser; a bad command line or config is one line, a bug keeps its traceback."""
   from lra.errors import user_errors
+  if len(_config_specs(argv)) > 1:  # absl would fail with its internals
+    _fail(f"--config is given {len(_config_specs(argv))} times; give it once (change single "
+          f"settings with --config.KEY=VALUE)")
   try:
     rest = flags.FLAGS(argv)
   except flags.Error as e:
@@ -55,10 +85,10 @@ def _parse_flags(argv):
   except user_errors() as e:  # an invalid model name or setting met while making the config
     _fail(str(e))
   except AttributeError as e:
-    if not _is_unknown_override(e, argv):
+    flag = _unknown_override(e, argv)
+    if flag is None:
       raise
-    _fail(f"bad --config override ({e}); a key must already exist in the config "
-          f"(see the config file for the valid keys)")
+    _fail(_override_message(flag, e, argv))
   try:
     config = _CONFIG.value
     loaded = config is not None and hasattr(config, "task")
@@ -92,12 +122,22 @@ def _quiet_logs(config) -> None:
     logging.set_verbosity(logging.WARNING)
 
 
+def _exit_on_fault(message: str) -> None:
+  """One line for a fault of the machine (disk full, out of memory, ...), then exit at once:
+  Orbax's threads, which met the same fault, would print their tracebacks while Python shuts
+  down. Everything saved is closed by then (train_and_evaluate's finally)."""
+  print(f"error: {message}", file=sys.stderr)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(1)
+
+
 def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   import jax  # after flag parsing, so a bad command line fails fast
-  from lra.errors import user_errors
-  from lra.training import preemption, profiling, trainer
+  from lra.errors import environment_fault, user_errors
+  from lra.training import faults, preemption, profiling, trainer
   # Before anything compiles; a restart then loads the compiled programs from disk.
   profiling.enable_compilation_cache(_CONFIG.value.compilation_cache_dir)
   if _COORDINATOR.value:
@@ -109,7 +149,9 @@ def main(argv):
   _quiet_logs(_CONFIG.value)
   preemption.install_stop_handlers()  # after initialize: it picks the multi-host protocol
   try:
-    results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    with faults.QuietFaults(logging.get_absl_handler()):
+      results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
+                                           allow_config_change=_ALLOW_CONFIG_CHANGE.value)
   except preemption.Preempted as e:  # 128 + signal, as a shell reports a killed job: 143, 130
     print(f"error: {e}; to resume, run the same command again: "
           f"python {shlex.join(sys.argv)}", file=sys.stderr)
@@ -117,6 +159,11 @@ def main(argv):
   except user_errors() as e:  # a bad config or bad data; anything else is a bug: traceback
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
+  except (OSError, ValueError, MemoryError, jax.errors.JaxRuntimeError) as e:
+    message = environment_fault(e) or faults.out_of_memory(e, _CONFIG.value)
+    if message is None:
+      raise  # a bug: its traceback
+    _exit_on_fault(message)
   if jax.process_index() == 0:
     print(f"test accuracy {results['test_accuracy']:.4f} (best validation "
           f"{results['best_val_accuracy']:.4f} at step {results['best_step']}; "

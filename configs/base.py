@@ -28,6 +28,8 @@ def parse_arg(arg: str | None, default_model: str = "transformer") -> tuple[str,
 
 
 def base_config(model: str) -> ml_collections.ConfigDict:
+  """Every shared field; values that cannot be right are refused before a run loads data
+  (lra/training/config_checks.py holds the allowed ranges)."""
   c = ml_collections.ConfigDict()
   c.task = ""                    # task name (lra.data.tasks)
   c.seed = 0                     # parameters, dropout and data order all follow from it
@@ -57,12 +59,12 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.eval_batch_size = 32         # global batch for validation and test
   c.num_train_steps = 5000
   c.schedule = "rsqrt"           # "rsqrt" (warmup then 1/sqrt(t)), "cosine" or "constant"
-  c.learning_rate = 0.05         # peak factor of the schedule
+  c.learning_rate = 0.05         # peak factor of the schedule (> 0)
   # Peak for a state-space mixer's OPTIMIZER_GROUP (its step size, A, B: no weight decay);
   # 0 = the same as learning_rate. Other models ignore it.
   c.ssm_learning_rate = 0.0
   c.warmup_steps = 1000
-  c.weight_decay = 0.1           # AdamW decoupled weight decay
+  c.weight_decay = 0.1           # AdamW decoupled weight decay (>= 0)
   c.adam_b1 = 0.9
   c.adam_b2 = 0.98
   c.adam_eps = 1e-9
@@ -71,7 +73,7 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.log_every = 100              # train metrics to metrics.jsonl / TensorBoard
   c.eval_every = 500             # validation (and a checkpoint) every this many steps
   c.checkpoint_every = 500       # checkpoint for resuming
-  c.keep_checkpoints = 2         # resumable checkpoints kept (plus the best one)
+  c.keep_checkpoints = 2         # resumable checkpoints kept (>= 1; plus the best one)
   c.progress = True              # progress bar with steps/s and ETA (only when stderr is a
                                  # terminal; a log file gets one line per log_every instead)
   c.log_all_processes = False    # multi-host: every process prints its log lines, not only 0

@@ -201,6 +201,17 @@ def make_shared(mixer: str, settings: dict[str, Any], **encoder_fields: Any):
   return hook(dict(settings), **encoder_fields) if hook else None
 
 
+def check_settings(mixer: str, names) -> None:
+  """Raises SettingError if `mixer` is not a model or takes no setting of one of `names`
+  (the keys of config.model.attention), listing the settings it takes."""
+  valid = user_settings(mixer)  # an unknown mixer: SettingError listing the valid ones
+  unknown = sorted(set(names) - set(valid))
+  if unknown:
+    raise SettingError(
+        f"model {mixer!r} does not take setting(s) {', '.join(unknown)} in "
+        f"config.model.attention; it takes: {', '.join(valid) or 'no settings'}")
+
+
 def make(mixer: str, settings: dict[str, Any], *, length: int | None = None,
          **encoder_fields: Any):
   """Builds `mixer` with the user's `settings` plus the encoder's fields; constructing it
@@ -208,12 +219,7 @@ def make(mixer: str, settings: dict[str, Any], *, length: int | None = None,
   will see) also the rules that need it. A setting the mixer does not take is an error naming
   the ones it does take."""
   cls = get(mixer)
-  valid = user_settings(mixer)
-  unknown = sorted(set(settings) - set(valid))
-  if unknown:
-    raise SettingError(
-        f"model {mixer!r} does not take setting(s) {', '.join(unknown)} in "
-        f"config.model.attention; it takes: {', '.join(valid) or 'no settings'}")
+  check_settings(mixer, settings)
   declared = {f.name for f in dataclasses.fields(cls)}
   given = {k: v for k, v in encoder_fields.items() if k in declared or k == "name"}
   module = cls(**given, **settings)

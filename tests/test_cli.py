@@ -6,6 +6,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--config.data.max_len=40", "--config.model.num_layers=1", "--config.model.emb_dim=16",
         "--config.model.qkv_dim=16", "--config.model.mlp_dim=32", "--config.batch_size=16",
@@ -74,6 +76,7 @@ def test_log_file_has_one_line_per_log_interval_and_profile_trace(listops_dir, t
   assert any(t.endswith(".xplane.pb") and os.path.getsize(t) for t in traces), traces
 
 
+@pytest.mark.slow  # heavy; `pytest -m slow`
 def test_second_run_loads_its_programs_from_the_compilation_cache(listops_dir, tmp_path):
   # (Its second run also checks that an explicit --verbosity is respected.)
   cache = tmp_path / "cache"
@@ -145,7 +148,8 @@ def test_resuming_with_another_model_size_is_refused(listops_dir, tmp_path):
   assert _run(*args).returncode == 0
   before = sorted(os.listdir(tmp_path / "checkpoints"))
   line = _error_line(_run(*args, "--config.model.emb_dim=32", "--config.num_train_steps=8"))
-  assert "do not fit this config" in line and "config.json" in line
+  assert "does not fit this config" in line and "config.json" in line
+  assert "model.emb_dim 16 -> 32" in line and "--allow_config_change" in line
   assert sorted(os.listdir(tmp_path / "checkpoints")) == before  # nothing saved is lost
 
 

@@ -109,8 +109,8 @@ def test_train_resume_and_eval_on_a_gs_workdir(bucket, listops_dir, capsys):
   assert os.listdir(".") == []  # nothing under ./gs: or anywhere local
 
 
-def test_remote_data_dir_is_refused_in_one_line(listops_dir):
+def test_remote_data_dir_is_refused_in_one_line(listops_dir, tmp_path):
   config = tiny_config(listops_dir)
   config.data.data_dir = "gs://lra-bucket/data/listops"
   with pytest.raises(UserError, match="copy the data to local disk"):
-    trainer.train_and_evaluate(config, "unused")
+    trainer.train_and_evaluate(config, str(tmp_path / "run"))

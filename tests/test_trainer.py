@@ -105,7 +105,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(listops_dir, tmp_p
   monkeypatch.setattr(optim, "learning_rate_schedule", explodes_at_step_3)
   config = tiny_config(listops_dir, num_train_steps=8, log_every=1, checkpoint_every=2)
   workdir = str(tmp_path / "run")
-  with pytest.raises(trainer.NonFiniteLossError, match="last good checkpoint \\(step 2\\)"):
+  with pytest.raises(trainer.NonFiniteLossError, match="the checkpoint saved before it \\(step 2\\) is kept"):
     trainer.train_and_evaluate(config, workdir)
   monkeypatch.setattr(optim, "learning_rate_schedule", real)
   state, _ = _final_params(workdir, config)
@@ -143,14 +143,11 @@ def test_bad_batch_size_is_a_user_error(listops_dir, tmp_path):
     trainer.train_and_evaluate(tiny_config(listops_dir, batch_size=12), str(tmp_path))
 
 
-def test_tiny_run_of_another_mixer_pools_without_cls(listops_dir, tmp_path):
-  """tiny_config serves any mixer; Transformer-XL's run pools by MEAN with no CLS token (a CLS
+def test_tiny_config_of_another_mixer_pools_without_cls(listops_dir):
+  """tiny_config serves any mixer; Transformer-XL pools by MEAN with no CLS token (a CLS
   vector averaged into MEAN pooling was the drift configs/table.py fixed)."""
-  config = tiny_config(listops_dir, "transformer_xl", num_train_steps=2, eval_every=2)
-  results = trainer.train_and_evaluate(config, str(tmp_path))
-  model = results["config"]["model"]
+  model = tiny_config(listops_dir, "transformer_xl").model.to_dict()
   assert (model["pooling"], model["use_cls"], model["positions"]) == ("MEAN", False, "none")
-  assert results["test_count"] == 70 and np.isfinite(results["test_loss"])
   net = models.build(model, vocab_size=20, num_classes=10, max_len=40, pair=False)
   params = jax.eval_shape(net.init, jax.random.PRNGKey(0), jnp.ones((2, 40), jnp.int32))
   assert "cls" not in params["params"]["encoder"]

@@ -18,10 +18,11 @@ from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import models
-from lra import paths
+from lra import config_record, paths
 from lra.data import batches, tasks
 from lra.errors import UserError
-from lra.training import optim, preemption, profiling
+from lra.training import (checkpoint, config_checks, faults, optim, preemption, profiling,
+                          workdir as workdir_lib)
 from lra.training.checkpoint import Checkpoints, MismatchError
 from lra.training.writers import MetricWriter
 
@@ -153,36 +154,43 @@ def describe_hardware() -> dict[str, Any]:
           "jax_version": jax.__version__}
 
 
-def _check_sizes(config, task: tasks.Task, mesh: Mesh) -> None:
-  devices = mesh.devices.size
-  for key in ("batch_size", "eval_batch_size"):
-    size = config[key]
-    if size <= 0 or size % devices or size % jax.process_count():
-      raise UserError(f"config.{key}={size} must be a positive multiple of the device count "
-                      f"({devices}) and of the process count ({jax.process_count()})")
-  if len(task.splits["train"]["labels"]) < config.batch_size:
-    raise UserError(f"the train split has {len(task.splits['train']['labels'])} examples, fewer "
-                    f"than config.batch_size={config.batch_size}")
-  for key in ("num_train_steps", "eval_every", "checkpoint_every", "log_every"):
-    if config[key] <= 0:
-      raise UserError(f"config.{key} must be positive, got {config[key]}")
-
-
 def _write_json(path, obj) -> None:
   if jax.process_index() != 0:
     return
   paths.write_text(path, json.dumps(obj, indent=1))
 
 
-def _restore(ckpts: Checkpoints, state, workdir: str):
-  """(state, meta) of the latest checkpoint in workdir, or the fresh state and empty meta."""
+def _check_run(config, workdir, allow_change: bool) -> tuple[int | None, dict | None]:
+  """(step of the newest intact checkpoint or None, record of what changed or None), once the
+  run in workdir is known to be this one (workdir_lib.check_resume). Reads only the
+  checkpoints' manifests, so a refusal comes before anything is compiled."""
+  notes = []
+  found = checkpoint.newest_intact(workdir, "checkpoints", notes)  # damaged: moved aside
+  if notes and found is None:
+    notes.append(f"no intact checkpoint is left in {workdir}/checkpoints: training starts "
+                 f"again from step 0")
+  _warn(notes)
+  step, meta = found if found is not None else (None, None)
+  # The settings the checkpoints were made with; config.json for a run that saved none yet.
+  reference = (meta or {}).get("config") or workdir_lib.read_json(workdir / "config.json")
+  return step, workdir_lib.check_resume(config, workdir, reference, step or 0, allow_change)
+
+
+def _restore(ckpts: Checkpoints, step: int | None, change: dict | None, state, config,
+             workdir):
+  """(state, meta) of checkpoint `step`, or the fresh state and meta."""
   meta = {"best_val_accuracy": -1.0, "best_step": None, "train_time_s": 0.0}
-  try:
-    restored = ckpts.restore_latest(state)
-  except MismatchError as e:
-    raise UserError(f"the checkpoints do not fit this config: {e}; run with the config they "
-                    f"were made with (see {workdir}/config.json), or use a new --workdir") from None
-  return restored if restored is not None else (state, meta)
+  if step is not None:
+    try:
+      state, meta = ckpts.restore(ckpts.latest, step, state)
+    except MismatchError as e:
+      raise UserError(f"the checkpoints do not fit this config: {e}; run with the config "
+                      f"they were made with (see {workdir}/config.json), or use a new "
+                      f"--workdir") from None
+  if change is not None:
+    meta["config_changes"] = [*meta.get("config_changes", []), change]
+  meta["config"] = config_record.as_json(config)  # saved with every checkpoint from now on
+  return state, meta
 
 
 def _log_train(writer: MetricWriter, bar, sums, done: int, seconds: float, steps: int,
@@ -295,19 +303,24 @@ def _save_and_stop(done: int, total: int, state, sums, ckpts: Checkpoints, meta:
       f"checkpoint saved in {workdir}/checkpoints", signum)
 
 
-def _check_finite(sums, step: int, ckpts: Checkpoints, workdir: str) -> None:
+def _check_finite(sums, step: int, ckpts: Checkpoints, workdir) -> None:
   if sums is not None and float(sums["finite"]) < float(sums["steps"]):
-    good = ckpts.latest.latest_step()
-    raise NonFiniteLossError(
-        f"the training loss or parameters became NaN or infinite by step {step}; the last good "
-        f"checkpoint (step {good}) is kept in {workdir}/checkpoints. Lower "
-        f"config.learning_rate or set config.grad_clip_norm, then run again")
+    raise NonFiniteLossError(workdir_lib.diverged(workdir, step, ckpts.latest.latest_step()))
+
+
+def _warn(notes: list[str]) -> None:
+  """One line each (damaged checkpoints moved aside); the list is emptied."""
+  for note in notes if jax.process_index() == 0 else ():
+    print(f"warning: {note}", flush=True)
+  notes.clear()
 
 
 def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
           meta: dict) -> dict[str, Any]:
-  """Tests the best checkpoint on validation (and the last state, for reference)."""
-  best_state, best_meta = ckpts.restore_best(state)
+  """Tests the best checkpoint on validation (and the last state, for reference). If no copy
+  of it restores, tests the final state, and the results say so."""
+  best_state, best_meta, tested = ckpts.restore_best(state, meta)
+  _warn(ckpts.notes)
   test = evaluate_split(best_state, task.splits["test"])
   last_test = evaluate_split(state, task.splits["test"])
   labels = np.asarray(task.splits["test"]["labels"])
@@ -315,33 +328,46 @@ def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
       "task": config.task, "model": config.model.name,
       "test_accuracy": test["accuracy"], "test_loss": test["loss"],
       "test_count": test["count"], "best_step": best_meta["best_step"],
+      "train_count": len(task.splits["train"]["labels"]),
+      "val_count": len(task.splits["val"]["labels"]),
       "best_val_accuracy": best_meta["best_val_accuracy"],
       "last_step_test_accuracy": last_test["accuracy"],
       "test_majority_rate": float(np.bincount(labels).max() / len(labels)),
       "num_train_steps": config.num_train_steps, "train_time_s": meta["train_time_s"],
       "hardware": describe_hardware(), "config": config.to_dict(),
+      "data": task.data,  # what made the data (lra.data.record) and any cut of its rows
+      "tested_step": int(best_state.step), "tested_checkpoint": tested,
+      # Settings changed on resumes, and resumes of a diverged run (workdir_lib.check_resume).
+      "config_changes": meta.get("config_changes", []),
   }
 
 
-def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
-  """Trains (resuming from `workdir` if it holds checkpoints), then tests the best checkpoint."""
+def train_and_evaluate(config, workdir: str, devices=None,
+                       allow_config_change: bool = False) -> dict[str, Any]:
+  """Trains (resuming from `workdir` if it holds checkpoints), then tests the best checkpoint.
+
+  allow_config_change: resume although the settings that change the result differ from the
+  checkpoints' or the run diverged (workdir_lib.check_resume); recorded in results.json."""
   workdir = paths.resolve(workdir)  # local (made absolute, as Orbax needs) or gs://...
-  workdir.mkdir(parents=True, exist_ok=True)
-  task = tasks.load(config)
-  model = build_model(config, task)
   mesh = make_mesh(devices)
-  _check_sizes(config, task, mesh)
-  profiling.profile_range(config)  # a malformed setting fails before anything is compiled
-  train_step, eval_step, sharding = make_steps(model, task.pair, mesh)
-  state = create_state(model, task, config, mesh)
-  ckpts = Checkpoints(workdir, config.keep_checkpoints)
-  writer = None
+  config_checks.check_config(config, mesh.devices.size)  # before any data or compiling
+  faults.prepare_workdir(workdir)  # a folder this process can write
+  lock = workdir_lib.Lock(workdir)  # a second trainer on this workdir stops here
+  ckpts = writer = None
   try:
-    state, meta = _restore(ckpts, state, workdir)
+    task = tasks.load(config)
+    config_checks.check_train_split(config, len(task.splits["train"]["labels"]))
+    model = build_model(config, task)
+    step, change = _check_run(config, workdir, allow_config_change)  # before compiling
+    train_step, eval_step, sharding = make_steps(model, task.pair, mesh)
+    state = create_state(model, task, config, mesh)
+    faults.check_room(workdir, state, config.keep_checkpoints)  # before Orbax writes
+    ckpts = Checkpoints(workdir, config.keep_checkpoints)
+    state, meta = _restore(ckpts, step, change, state, config, workdir)
     _write_json(workdir / "config.json", config.to_dict())
     if int(state.step) and jax.process_index() == 0:
       print(f"Resuming from the checkpoint at step {int(state.step)} in {workdir}", flush=True)
-    writer = MetricWriter(workdir)
+    writer = MetricWriter(workdir, int(state.step))  # drops rows written after the checkpoint
     evaluate_split = functools.partial(evaluate, eval_step, batch_size=config.eval_batch_size,
                                        sharding=sharding, padding=task.padding)
     state = _train(config, workdir, task, train_step, evaluate_split, sharding, state, ckpts,
@@ -354,4 +380,6 @@ def train_and_evaluate(config, workdir: str, devices=None) -> dict[str, Any]:
   finally:
     if writer is not None:
       writer.close()
-    ckpts.close()
+    if ckpts is not None:
+      ckpts.close()
+    lock.release()

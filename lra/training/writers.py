@@ -1,11 +1,17 @@
 """Metrics to a JSON-lines file and TensorBoard (tensorboardX: no TensorFlow needed).
 
+Each metrics.jsonl row: {"step", "kind" (train, val or test), "time" (UTC, ISO 8601), metrics}.
+A run resumed from the checkpoint of step S first drops the rows that the interrupted run wrote
+after it (step > S, and any test rows): the file then reads as one uninterrupted run would have
+written it. TensorBoard drops its own events past S the same way (purge_step).
+
 A remote workdir (gs://...) gets the same files: object stores cannot append, so metrics.jsonl
 is rewritten whole at each write, and tensorboardX (local files only without TensorFlow) writes
 its events to a local folder that is uploaded at each write.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
 
@@ -14,10 +20,38 @@ import jax
 from lra import paths
 
 
+def kind_of(metrics: dict) -> str:
+  """'val' or 'test' for the trainer's val_* / test_* metrics, else 'train'."""
+  for kind in ("val", "test"):
+    if metrics and all(key.startswith(f"{kind}_") for key in metrics):
+      return kind
+  return "train"
+
+
+def _kept_rows(text: str, resume_step: int) -> str:
+  """The rows of an earlier metrics.jsonl that a run resumed at `resume_step` keeps."""
+  kept = []
+  for line in text.splitlines(keepends=True):
+    if not line.endswith("\n"):  # the last row, torn by a kill in mid-write
+      break
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError:
+      row = None
+    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+      kept.append(line)  # not a row of ours: kept as it was
+      continue
+    metrics = {k: v for k, v in row.items() if k not in ("step", "kind", "time")}
+    kind = row.get("kind") or kind_of(metrics)  # rows of older runs have no kind
+    if row["step"] <= resume_step and kind != "test":
+      kept.append(line)
+  return "".join(kept)
+
+
 class MetricWriter:
   """Writes on process 0 only; other processes get a writer that does nothing."""
 
-  def __init__(self, workdir):
+  def __init__(self, workdir, resume_step: int = 0):
     self._active = jax.process_index() == 0
     if not self._active:
       return
@@ -25,18 +59,23 @@ class MetricWriter:
     workdir = paths.resolve(workdir)
     self._path = workdir / "metrics.jsonl"
     self._remote = paths.is_remote(workdir)
-    if self._remote:
-      # A resumed run continues the file it finds.
-      self._text = self._path.read_text() if self._path.exists() else ""
-    else:
+    # A resumed run continues the file it finds, less what came after its checkpoint.
+    self._text = (_kept_rows(self._path.read_text(), resume_step)
+                  if self._path.exists() else "")
+    if self._path.exists():
+      paths.write_text(self._path, self._text)  # whole, never half a file
+    if not self._remote:
       self._jsonl = open(os.fspath(self._path), "a")
     self._tb_dir = paths.LocalStaging(workdir / "tensorboard")
-    self._tb = SummaryWriter(self._tb_dir.path)
+    # Events at steps after the checkpoint (written before the stop) are dropped.
+    self._tb = SummaryWriter(self._tb_dir.path,
+                             purge_step=resume_step + 1 if resume_step else None)
 
   def write(self, step: int, metrics: dict[str, float]) -> None:
     if not self._active:
       return
-    line = json.dumps({"step": step, **metrics}) + "\n"
+    time = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+    line = json.dumps({"step": step, "kind": kind_of(metrics), "time": time, **metrics}) + "\n"
     if self._remote:
       self._text += line
       self._path.write_text(self._text)

@@ -1,0 +1,121 @@
+"""A workdir belongs to one run: a lock for the one trainer running in it, the check that a
+resumed run is the run its checkpoints were made with, and the record of a divergence."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+
+import jax
+
+from lra import config_record, paths
+from lra.errors import UserError
+
+# Settings that only extend or observe a run: they may change on a resume (and are recorded).
+# Every other setting changes what the run computes. num_train_steps is one of them only
+# where the schedule depends on it (cosine).
+OBSERVING = frozenset({
+    "num_train_steps", "eval_every", "log_every", "checkpoint_every", "keep_checkpoints",
+    "progress", "log_all_processes", "compilation_cache_dir", "profile_steps",
+    "data.workers", "data.generate_if_missing"})
+ALLOW_FLAG = "--allow_config_change"
+DIVERGED = "diverged.json"  # a list of {"step": first bad step seen, "last_checkpoint": ...}
+
+
+class Lock:
+  """An exclusive lock on WORKDIR/.lock while a trainer runs, so that a second one stops at
+  once instead of failing inside Orbax. Taken by process 0 only (the processes of one
+  multi-host run share the workdir). flock exists only on a local disk: a remote workdir
+  (gs://...) is not locked."""
+
+  def __init__(self, workdir):
+    self._fd = None
+    if paths.is_remote(workdir) or jax.process_index() != 0:
+      return
+    path = os.path.join(os.fspath(workdir), ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(fd)
+      raise UserError(f"another trainer is running in {workdir} (it holds {path}); wait for "
+                      f"it to end, or use another --workdir") from None
+    self._fd = fd
+
+  def release(self) -> None:
+    if self._fd is not None:
+      os.close(self._fd)  # closing the last descriptor releases the lock
+      self._fd = None
+
+
+def differences(old: dict, new: dict) -> dict[str, list]:
+  """{dotted key: [old, new]} of the settings that differ (None where a key is absent)."""
+  a, b = config_record.flat(old), config_record.flat(new)
+  return {k: [a.get(k), b.get(k)] for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)}
+
+
+def changes_result(key: str, schedule: str) -> bool:
+  if key == "num_train_steps":
+    return schedule == "cosine"  # the cosine decay spans num_train_steps
+  return key not in OBSERVING
+
+
+def read_json(path):
+  """The JSON in `path`, or None where there is no such file."""
+  path = paths.resolve(path)
+  if not path.exists():
+    return None
+  try:
+    return json.loads(path.read_text())
+  except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+    raise UserError(f"{path} is unreadable ({e}); it records this run: restore it, or use a "
+                    f"new --workdir") from None
+
+
+def diverged(workdir, step: int, last_checkpoint: int | None) -> str:
+  """Records in workdir that training diverged by `step`, and returns the message."""
+  if jax.process_index() == 0:
+    events = read_json(paths.resolve(workdir) / DIVERGED) or []
+    events.append({"step": step, "last_checkpoint": last_checkpoint})
+    paths.write_text(paths.resolve(workdir) / DIVERGED, json.dumps(events, indent=1))
+  # Finite is not sound: the state saved before may already be ruined (Adam's moments).
+  kept = ("no checkpoint was saved before it" if last_checkpoint is None else
+          f"the checkpoint saved before it (step {last_checkpoint}) is kept but may already be "
+          f"ruined")
+  return (f"the training loss or parameters became NaN or infinite by step {step}; {kept} "
+          f"(recorded in {workdir}/{DIVERGED}). Train again in a new --workdir with a lower "
+          f"config.learning_rate or a config.grad_clip_norm")
+
+
+def check_resume(config, workdir, reference: dict | None, step: int,
+                 allow: bool) -> dict | None:
+  """Whether the run in `workdir`, made with the config `reference` (None: nothing made yet)
+  and now at `step`, may go on under `config`: raises UserError if not; else returns the
+  record of what changed ({"step", "changes", "after_divergence", ALLOW_FLAG}) or None."""
+  if step > config.num_train_steps:
+    raise UserError(f"{workdir} holds a run trained to step {step}, beyond "
+                    f"config.num_train_steps={config.num_train_steps}; it is kept as it is: "
+                    f"use a new --workdir for a shorter run")
+  changes = ({} if reference is None else
+             differences(reference, config_record.as_json(config)))
+  binding = [f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items()
+             if changes_result(k, config.schedule)]
+  # A checkpoint saved before a divergence leads to it again under the same settings.
+  diverged = [e for e in read_json(paths.resolve(workdir) / DIVERGED) or []
+              if step <= (e["last_checkpoint"] or 0)]
+  problems = []
+  if binding:
+    problems.append(f"does not fit this config ({workdir}/config.json holds its settings): "
+                    f"{', '.join(binding)}")
+  if diverged:
+    start = f"its checkpoint at step {step}" if step else "its start"
+    problems.append(f"diverged: {start} led to NaN or inf by step {diverged[-1]['step']} "
+                    f"(see {workdir}/{DIVERGED})")
+  if problems and not allow:
+    raise UserError(f"{workdir} holds a run that {'; and '.join(problems)}. Use a new "
+                    f"--workdir, or add {ALLOW_FLAG} to go on with this run anyway (recorded "
+                    f"in its results.json)")
+  if not changes and not diverged:
+    return None
+  return {"step": step, "changes": changes, "after_divergence": diverged,
+          ALLOW_FLAG: bool(problems)}
