@@ -13,6 +13,7 @@ speed.{md,csv,json} and scaling.png. `--set` overrides any config.model field fo
 num_layers=12`, or a mixer setting as `--set attention.NAME=VALUE`.
 """
 import argparse
+import contextlib
 import json
 import sys
 
@@ -24,57 +25,152 @@ from lra.reporting.paper import TASKS
 
 def _read_speed(path: str) -> dict:
   """A speed.json written by `eval.py speed`; a missing or malformed one is a user error."""
+  remake = "remake it with `python eval.py speed ...`"
   try:
     data = json.loads(paths.resolve(path).read_text())
-  except (OSError, json.JSONDecodeError) as e:
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
     raise UserError(f"--speed={path}: cannot read a speed.json ({e})") from None
   if not isinstance(data, dict) or not {"machine", "rows"} <= set(data):
     raise UserError(f"--speed={path}: not a speed.json (no 'machine' and 'rows')")
+  if not isinstance(data["machine"], dict) or not isinstance(data["rows"], list):
+    raise UserError(f"--speed={path}: 'machine' must be an object and 'rows' a list; {remake}")
+  for i, row in enumerate(data["rows"]):
+    missing = [k for k in ("model", "length", "status")
+               if not isinstance(row, dict) or k not in row]
+    if missing:
+      raise UserError(f"--speed={path}: row {i} has no {missing[0]!r} field; {remake}")
+    if not isinstance(row["length"], int) or row["length"] < 1:
+      raise UserError(f"--speed={path}: row {i} has length {row['length']!r}, not a positive "
+                      f"integer; {remake}")
   return data
+
+
+def _writable_folder(out: str) -> None:
+  """--out must be a folder (or not exist yet): checked before anything is measured."""
+  folder = paths.resolve(out)
+  if folder.exists() and not folder.is_dir():
+    raise UserError(f"--out={out} is a file, not a folder; name a folder for the tables")
+
+
+@contextlib.contextmanager
+def _writing(out: str):
+  """A read-only or full disk under --out: one line; each file is written whole or not at all
+  (lra.paths), so the earlier ones stay."""
+  try:
+    yield
+  except OSError as e:
+    raise UserError(f"cannot write {e.filename or out}: {e.strerror or e}; free space or "
+                    f"choose another --out") from None
+
+
+def _write_all(out: str, outputs: dict) -> None:
+  """Writes path -> text, each file whole (never an empty table in place of an earlier one:
+  callers write only what they have)."""
+  with _writing(out):
+    for path, text in outputs.items():
+      paths.write_text(path, text)
 
 
 def _accuracy(args) -> None:
   from lra.reporting import charts
+  _writable_folder(args.out)
+  for path in args.runs:  # a typo must not silently leave a folder of runs out
+    if not paths.resolve(path).exists():
+      raise UserError(f"{path}: no such run directory or folder; nothing written")
+  measured = _read_speed(args.speed) if args.speed else None  # before anything is written
   warnings: list[str] = []
   found = results.collect_results(args.runs, warnings)
   for w in warnings:
     print(f"warning: {w}", file=sys.stderr)
+  if not found:
+    raise UserError(f"no finished run with a valid results.json under {', '.join(args.runs)}; "
+                    f"nothing written (earlier tables in {args.out} are kept)")
   table = accuracy.accuracy_table(found)
   text = markdown.accuracy_markdown(table)
   out = paths.resolve(args.out)  # a local folder or a URL such as gs://bucket/eval
-  paths.write_text(out / "accuracy.md", text + "\n")
-  files.write_csv(out / "accuracy.csv", accuracy.accuracy_rows(table))
-  files.write_json(out / "accuracy.json", table)
+  _write_all(args.out, {out / "accuracy.md": text + "\n",
+                        out / "accuracy.csv": files.csv_text(accuracy.accuracy_rows(table)),
+                        out / "accuracy.json": files.json_text(table)})
   print(text)
-  if args.speed:
-    measured = _read_speed(args.speed)
-    tables = speed.speed_tables(measured["rows"])
-    if args.average in TASKS:  # a single task's accuracy, while the averages are missing
-      for row in table["rows"]:
-        row[args.average] = row["cells"][args.average]["ours"]
-    scores, steps, memory, length = speed.bubble_inputs(table, tables, args.average)
-    path = out / "bubble.png"
-    what = f"{args.average} test" if args.average in TASKS else "average"
-    charts.bubble_chart(path, scores, steps, memory,
-                        f"accuracy ({args.average}) vs speed at {length} tokens; "
-                        f"{measured['machine'].get('device_kind', '?')}",
-                        ylabel=f"{what} accuracy (%)")
-    print(f"wrote {path}")
+  if measured is not None:
+    with _writing(args.out):
+      _bubble(charts, out / "bubble.png", table, found, measured, args.average)
   print(f"wrote {args.out}/accuracy.{{md,csv,json}}")
+
+
+def _bubble(charts, path, table: dict, found: list[dict], measured: dict, average: str) -> None:
+  tables = speed.speed_tables(measured["rows"])
+  if average in TASKS:  # a single task's accuracy, while the averages are missing
+    for row in table["rows"]:
+      row[average] = row["cells"][average]["ours"]
+  scores, steps, memory, length = speed.bubble_inputs(table, tables, average)
+  what = f"{average} test" if average in TASKS else "average"
+  note = speed.size_note(measured["machine"], found, length)
+  marked = frozenset(row["model"] for row in table["rows"]
+                     if (row["cells"][average]["not_comparable"] if average in TASKS
+                         else not row[f"{average}_comparable"]))
+  charts.bubble_chart(path, scores, steps, memory,
+                      f"accuracy ({average}) vs speed at {length} tokens; "
+                      f"{measured['machine'].get('device_kind', '?')}",
+                      ylabel=f"{what} accuracy (%)",
+                      baseline=accuracy.guessing_baseline(table, average),
+                      notes=(note,) if note else (), marked=marked)
+  print(f"wrote {path}")
+
+
+def _positive(args, names: tuple[str, ...]) -> None:
+  for name in names:
+    value = getattr(args, name)
+    if not value > 0:
+      raise UserError(f"--{name}={value} must be positive")
+
+
+def _lengths(text: str) -> list[int]:
+  try:
+    lengths = [int(x) for x in text.split(",")]
+  except ValueError:
+    lengths = []
+  if not lengths or min(lengths) < 1 or len(set(lengths)) < len(lengths):
+    raise UserError(f"--lengths={text}: give distinct positive token counts, e.g. "
+                    f"--lengths=1024,2048")
+  return lengths
+
+
+def _check_models(models: list[str], lengths: list[int], batch: int, size: dict, dtype: str,
+                  sets: dict, imports: list[str]) -> None:
+  """Builds every (model, length) config as the measuring process will (no JAX device is
+  touched): a bad name or setting is one line before anything is measured."""
+  import importlib
+  import models as model_lib
+  from models.settings import SettingError
+  for module in imports:
+    try:
+      importlib.import_module(module)
+    except ModuleNotFoundError as e:
+      raise UserError(f"--import={module}: {e}") from None
+  for model in models:
+    for length in lengths:
+      try:
+        config = benchmark.measured_config(model, length, batch, size, dtype, sets)
+        model_lib.build(config.model.to_dict(), vocab_size=257, num_classes=2, max_len=length,
+                        pair=False)
+      except (SettingError, UserError) as e:
+        raise UserError(f"model {model} at length {length} (size flags and --set): {e}; "
+                        f"nothing measured") from None
 
 
 def _speed(args) -> None:
   from lra.reporting import charts
   from models import registry
-  models = args.models.split(",") if args.models else registry.names()
-  lengths = [int(x) for x in args.lengths.split(",")]
+  _writable_folder(args.out)
+  _positive(args, ("batch", "repeats", "timeout", *benchmark.TEXT_BASE_SIZE))
+  models = [m.strip() for m in args.models.split(",")] if args.models else registry.names()
+  if not all(models) or len(set(models)) < len(models):
+    raise UserError(f"--models={args.models}: give distinct model names, comma separated")
+  lengths = _lengths(args.lengths)
   size = {k: getattr(args, k) for k in benchmark.TEXT_BASE_SIZE}
   sets = benchmark.parse_sets(args.sets)
-  from configs import text
-  # Every model has the same config.model fields (mixer settings are checked per model); the
-  # measured config is the Text task's, as in lra.reporting.benchmark.
-  benchmark.override(text.get_config("transformer").model,
-                     {k: v for k, v in sets.items() if not k.startswith("attention.")})
+  _check_models(models, lengths, args.batch, size, args.dtype, sets, args.imports)
   machine = benchmark.machine_in_fresh_process(args.dtype)
   machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype)
   print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "
@@ -90,12 +186,12 @@ def _speed(args) -> None:
       shown = (f"{row['steps_per_s']:.3f} steps/s" if row["status"] == "ok" else row["status"])
       print(f"  {model} @ {length}: {shown}", flush=True)
   out = paths.resolve(args.out)  # a local folder or a URL such as gs://bucket/eval
-  files.write_json(out / "speed.json", {"machine": machine, "rows": rows})
-  files.write_csv(out / "speed.csv", rows)
   text = markdown.speed_markdown(speed.speed_tables(rows), machine)
-  paths.write_text(out / "speed.md", text + "\n")
-  charts.scaling_chart(out / "scaling.png", rows,
-                       f"Train step vs length ({machine['device_kind']}, batch {args.batch})")
+  _write_all(args.out, {out / "speed.json": files.json_text({"machine": machine, "rows": rows}),
+                        out / "speed.csv": files.csv_text(rows), out / "speed.md": text + "\n"})
+  with _writing(args.out):
+    charts.scaling_chart(out / "scaling.png", rows,
+                         f"Train step vs length ({machine['device_kind']}, batch {args.batch})")
   print(text)
   print(f"wrote {args.out}/speed.{{md,csv,json}} and {args.out}/scaling.png")
 
@@ -108,7 +204,7 @@ def parser() -> argparse.ArgumentParser:
   a.add_argument("runs", nargs="+", help="run directories, or folders holding them")
   a.add_argument("--out", default="eval_out")
   a.add_argument("--speed", help="a speed.json, for the accuracy-speed-memory bubble chart")
-  a.add_argument("--average", default="avg5",
+  a.add_argument("--average", default="avg5", choices=("avg5", "avg6", *TASKS),
                  help="the chart's accuracy: avg5, avg6, or one task's name")
   a.set_defaults(run=_accuracy)
   s = sub.add_parser("speed", help="steps/s and memory of the train step against length")

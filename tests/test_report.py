@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import os
 import subprocess
@@ -9,25 +10,36 @@ import sys
 
 import pytest
 
-from lra.reporting import accuracy, charts, files, markdown, paper, results, speed
+from lra.reporting import accuracy, charts, comparable, files, markdown, paper, results, speed
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 
 
 def _write_run(root, name: str, model: str, task: str, test: float, val: float,
-               steps: int = 2000) -> str:
+               full: bool = True) -> str:
+  """A results.json; `full`: a run of the task's base config on its full data (comparable
+  with the paper), else a small CPU-sized run."""
   run = root / name
   run.mkdir(parents=True)
+  if full and model in paper.PAPER_ACCURACY:
+    config = json.loads(json.dumps(
+        importlib.import_module(f"configs.{task}").get_config(model).to_dict()))
+    count = comparable.FULL_TEST[task]
+  else:
+    config = {"task": task, "batch_size": 32, "num_train_steps": 2000,
+              "data": {"max_len": 512},
+              "model": {"name": model, "num_layers": 2, "emb_dim": 64, "num_heads": 4,
+                        "qkv_dim": 64, "mlp_dim": 128, "attention": {}}}
+    count = 2000
+  steps = config["num_train_steps"]
   result = {
       "task": task, "model": model, "test_accuracy": test, "test_loss": 1.0,
-      "test_count": 2000, "best_step": steps, "best_val_accuracy": val,
+      "test_count": count, "best_step": steps, "best_val_accuracy": val,
       "last_step_test_accuracy": test, "test_majority_rate": 0.1175,
       "num_train_steps": steps, "train_time_s": 12.5,
       "hardware": {"platform": "cpu", "device_kind": "cpu", "device_count": 1,
                    "process_count": 1, "jax_version": "0.0"},
-      "config": {"task": task, "batch_size": 32, "data": {"max_len": 512},
-                 "model": {"name": model, "num_layers": 2, "emb_dim": 64, "num_heads": 4,
-                           "qkv_dim": 64, "mlp_dim": 128, "attention": {}}},
+      "config": config,
   }
   (run / "results.json").write_text(json.dumps(result))
   return str(run)
@@ -108,8 +120,8 @@ def test_accuracy_table_cells_and_averages(sweep):
   assert t["avg6_pathx_assumed"]
   assert t["paper_avg5"] == 54.39
   assert t["paper_avg6"] == pytest.approx((36.37 + 64.27 + 57.46 + 42.44 + 71.40 + 50) / 6)
-  assert t["cells"]["listops"]["run"]["num_train_steps"] == 2000
-  assert "L2" in t["cells"]["listops"]["run"]["config"]
+  assert t["cells"]["listops"]["run"]["num_train_steps"] == 5000
+  assert "L4" in t["cells"]["listops"]["run"]["config"]
   assert t["cells"]["listops"]["run"]["hardware"] == "cpu x1"
 
   loc = _row(table, "local")
@@ -121,7 +133,8 @@ def test_accuracy_table_cells_and_averages(sweep):
   assert not perf["avg6_pathx_assumed"]
   # Paper models without any run still appear, with their paper figures only.
   assert _row(table, "bigbird")["cells"]["text"] == {
-      "ours": None, "paper": 64.02, "paper_fail": False, "diff": None, "run": None}
+      "ours": None, "paper": 64.02, "paper_fail": False, "diff": None, "not_comparable": [],
+      "run": None}
 
 
 def test_accuracy_markdown_csv_and_json(sweep):
@@ -131,11 +144,11 @@ def test_accuracy_markdown_csv_and_json(sweep):
   line = next(x for x in md.splitlines() if x.startswith("| Transformer "))
   assert "40.0 (36.4, +3.6)" in line
   assert "- (FAIL)" in line  # no Path-X run
-  assert "54.4" in line and "*" in line
+  assert "54.4" in line and "†" in line
   loc_line = next(x for x in md.splitlines() if x.startswith("| Local Attention "))
   assert "- (66.6)" in loc_line  # missing Pathfinder shown as missing, not filled
   assert loc_line.rstrip(" |").endswith("- (46.1) | - (46.7)")  # no averages
-  assert "How each cell was obtained" in md and "2000 steps" in md
+  assert "How each cell was obtained" in md and "5000 steps" in md
 
   # Flat CSV rows and the JSON helper.
   flat = accuracy.accuracy_rows(table)
@@ -208,7 +221,7 @@ def test_speed_tables_and_markdown():
   reformer = [x for x in lines if x.startswith("| Reformer ")]
   assert all("| error |" in x for x in reformer)
   assert "XLA compiled memory analysis" in md and "device-reported peak" in md
-  assert "3.00 (0.99)" in reformer[1] and "0.50† (0.37)" in md
+  assert "3.00 GB (990 MB)" in reformer[1] and "500 MB† (370 MB)" in md
   assert "4 TFLOP, 20 TFLOP/s (20%)" in md
 
   # A later re-measurement replaces the earlier row.

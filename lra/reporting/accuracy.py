@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import numpy as np
 
-from lra.reporting.numbers import finite, pct
-from lra.reporting.paper import (PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS, PATHX_FAIL_SCORE,
-                                 TASKS, TASKS5, model_order)
+from lra.reporting import comparable
+from lra.reporting.numbers import pct
+from lra.reporting.results import CHOICE_RULE
+from lra.reporting.paper import (NUM_CLASSES, PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS,
+                                 PATHX_FAIL_SCORE, TASKS, TASKS5, model_order)
 
 
 def _config_summary(config: dict) -> str:
@@ -51,11 +52,13 @@ def _provenance(result: dict) -> dict:
       "best_step": result.get("best_step"),
       "best_val_accuracy": pct(result.get("best_val_accuracy")),
       "test_count": result.get("test_count"),
+      "train_count": result.get("train_count"),
       "majority_rate": pct(result.get("test_majority_rate")),
       "train_time_s": result.get("train_time_s"),
       "config": _config_summary(result.get("config") or {}),
       "hardware": _hardware_summary(result.get("hardware") or {}),
       "superseded": list(result.get("superseded", [])),
+      "tested_checkpoint": result.get("tested_checkpoint"),
   }
 
 
@@ -73,7 +76,9 @@ def _avgs(scores: dict[str, float | None]) -> tuple[float | None, float | None, 
 def accuracy_table(results: list[dict], include_paper_models: bool = True) -> dict:
   """Rows per model: our test accuracy (%) next to the paper's, plus both averages.
 
-  Missing cells stay None (never filled in). avg6 counts a missing Path-X as 50 and says so
+  Missing cells stay None (never filled in). A cell whose run did not use the task's full data
+  and the paper-comparable config lists why in "not_comparable" and has no diff; so has an
+  average over such a cell. avg6 counts a missing Path-X as 50 and says so
   in `avg6_pathx_assumed`; a Path-X run is used at its own figure whatever it reached.
   """
   by_model: dict[str, dict[str, dict]] = {}
@@ -88,11 +93,15 @@ def accuracy_table(results: list[dict], include_paper_models: bool = True) -> di
       result = by_model.get(model, {}).get(task)
       ours = pct(result["test_accuracy"]) if result else None
       paper_value = paper.get(task) if paper else None
+      # Compared with the paper only on its full data and its config; otherwise marked.
+      why_not = comparable.differences(result) if result and paper_value is not None else []
       cells[task] = {
           "ours": ours,
           "paper": paper_value,
           "paper_fail": paper is not None and paper_value is None,
-          "diff": None if ours is None or paper_value is None else ours - paper_value,
+          "diff": (None if ours is None or paper_value is None or why_not
+                   else ours - paper_value),
+          "not_comparable": why_not,
           "run": _provenance(result) if result else None,
       }
     avg5, avg6, assumed = _avgs({t: c["ours"] for t, c in cells.items()})
@@ -102,14 +111,20 @@ def accuracy_table(results: list[dict], include_paper_models: bool = True) -> di
     paper_avg6 = None
     if paper is not None:
       _, paper_avg6, _ = _avgs(paper)
+    # An average over a marked cell is marked too and never set beside the paper's.
+    marked5 = any(cells[t]["not_comparable"] for t in TASKS5)
+    marked6 = marked5 or bool(cells["pathx"]["not_comparable"])
     rows.append({
         "model": model, "cells": cells,
         "avg5": avg5, "avg6": avg6, "avg6_pathx_assumed": assumed,
+        "avg5_comparable": not marked5, "avg6_comparable": not marked6,
         "paper_avg5": paper_avg5, "paper_avg6": paper_avg6,
-        "avg5_diff": None if avg5 is None or paper_avg5 is None else avg5 - paper_avg5,
-        "avg6_diff": None if avg6 is None or paper_avg6 is None else avg6 - paper_avg6,
+        "avg5_diff": (None if avg5 is None or paper_avg5 is None or marked5
+                      else avg5 - paper_avg5),
+        "avg6_diff": (None if avg6 is None or paper_avg6 is None or marked6
+                      else avg6 - paper_avg6),
     })
-  return {"tasks": list(TASKS), "rows": rows}
+  return {"tasks": list(TASKS), "rows": rows, "choice_rule": CHOICE_RULE}
 
 
 def accuracy_rows(table: dict) -> list[dict]:
@@ -123,12 +138,33 @@ def accuracy_rows(table: dict) -> list[dict]:
       run = c["run"] or {}
       out.append({"model": row["model"], "task": task, "ours": c["ours"],
                   "paper": "FAIL" if c["paper_fail"] else c["paper"], "diff": c["diff"],
+                  "not_comparable": "; ".join(c["not_comparable"]) or None,
                   **{k: run.get(k) for k in ("num_train_steps", "best_step",
                                              "best_val_accuracy", "config", "hardware",
                                              "workdir")}})
+    marked = "over a cell not comparable with the paper"
     out.append({"model": row["model"], "task": "avg5", "ours": row["avg5"],
-                "paper": row["paper_avg5"], "diff": row["avg5_diff"]})
+                "paper": row["paper_avg5"], "diff": row["avg5_diff"],
+                "not_comparable": None if row["avg5_comparable"] else marked})
     out.append({"model": row["model"], "task": "avg6", "ours": row["avg6"],
                 "paper": row["paper_avg6"], "diff": row["avg6_diff"],
+                "not_comparable": None if row["avg6_comparable"] else marked,
                 "config": "Path-X counted as 50" if row["avg6_pathx_assumed"] else None})
   return out
+
+
+def guessing_baseline(table: dict, average: str) -> tuple[float, str]:
+  """(accuracy %, name) of guessing, for the chart's `average` (avg5, avg6 or a task): each
+  task's majority class where a run records it (the largest recorded), else chance (1 in
+  the number of classes), averaged over the tasks as the accuracies are."""
+  tasks = [average] if average in TASKS else list(TASKS5 if average == "avg5" else TASKS)
+  rates, recorded = [], 0
+  for task in tasks:
+    seen = [row["cells"][task]["run"]["majority_rate"] for row in table["rows"]
+            if row["cells"][task]["run"] and
+            row["cells"][task]["run"]["majority_rate"] is not None]
+    recorded += bool(seen)
+    rates.append(max(seen) if seen else 100.0 / NUM_CLASSES[task])
+  name = ("majority class" if recorded == len(tasks) else
+          "chance" if recorded == 0 else "majority class or chance")
+  return float(np.mean(rates)), name

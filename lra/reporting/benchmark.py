@@ -81,8 +81,9 @@ def override(model_config, sets: dict[str, Any]) -> None:
       raise UserError(f"--set {key}={value!r}: {e}") from None
 
 
-def _config(model: str, length: int, batch: int, size: dict[str, int], dtype: str,
-            sets: dict[str, Any] | None = None):
+def measured_config(model: str, length: int, batch: int, size: dict[str, int], dtype: str,
+                    sets: dict[str, Any] | None = None):
+  """The Text config that `measure` times (eval.py builds it first to check the settings)."""
   from configs import text
   c = text.get_config(model)
   c.data.max_len = length
@@ -105,7 +106,7 @@ def measure(model: str, length: int, batch: int, size: dict[str, int], dtype: st
   from lra.data import tasks
   from lra.training import trainer
   row: dict[str, Any] = {"model": model, "length": length, "batch": batch, "status": "ok"}
-  config = _config(model, length, batch, size, dtype, sets)
+  config = measured_config(model, length, batch, size, dtype, sets)
   rng = np.random.default_rng(0)
   split = {"inputs": rng.integers(1, 257, size=(batch, length)).astype(np.int32),
            "labels": rng.integers(0, 2, size=batch).astype(np.int32)}

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from lra import paths
+from lra.reporting.numbers import memory_text
 from lra.reporting.paper import MODEL_TITLES, PAPER_MODELS, model_order
 from lra.reporting.speed import speed_tables
 
@@ -88,20 +89,43 @@ def _complete_models(figures: dict[str, dict[str, float]]
 
 
 def _bubble_limits(ax: Any, xs: list[float], ys: list[float]) -> None:
-  """Room for the bubbles and the labels to their right."""
+  """Room for the bubbles and the labels to their right; speed never below 0."""
   xpad = max(max(xs) - min(xs), 0.1 * max(abs(max(xs)), 1e-9)) * 0.25
   ypad = max(max(ys) - min(ys), 2.0) * 0.2
-  ax.set_xlim(min(xs) - xpad, max(xs) + 2 * xpad)
+  ax.set_xlim(max(min(xs) - xpad, 0.0), max(xs) + 2 * xpad)
   ax.set_ylim(min(ys) - ypad, max(ys) + ypad)
+
+
+def _baseline_line(ax: Any, accuracy: float, name: str) -> None:
+  """A dashed line across the chart where guessing would score."""
+  ax.axhline(accuracy, color="dimgrey", linestyle="--", linewidth=1, zorder=1)
+  ax.annotate(f"{name} ({accuracy:.1f}%)", (0.01, accuracy), xycoords=("axes fraction", "data"),
+              xytext=(0, 3), textcoords="offset points", fontsize=8, color="dimgrey")
+
+
+def _annotate(ax: Any, models: list[str], xs: dict[str, float], ys: dict[str, float],
+              labels: dict[str, str], shifts: dict[str, tuple[float, float]]) -> None:
+  """Each label beside its bubble, with a thin line where it had to move away."""
+  for m in models:
+    dx, dy = shifts[m]
+    ax.annotate(labels[m], (xs[m], ys[m]), xytext=(dx, dy), textcoords="offset points",
+                va="center", fontsize=8, zorder=3,
+                arrowprops=(dict(arrowstyle="-", color="grey", linewidth=0.6)
+                            if abs(dy) > 4 else None))
 
 
 def bubble_chart(path: str, accuracy_by_model: dict[str, float],
                  speed_by_model: dict[str, float], memory_by_model: dict[str, float],
                  title: str, xlabel: str = "speed (training steps/s)",
-                 ylabel: str = "average accuracy (%)") -> None:
+                 ylabel: str = "average accuracy (%)",
+                 baseline: tuple[float, str] | None = None,
+                 notes: tuple[str, ...] = (), marked: frozenset = frozenset()) -> dict[str, Any]:
   """Accuracy against speed, bubble area proportional to memory (the paper's Figure 3).
 
-  Models missing any of the three figures are left out and named in a note on the figure.
+  `baseline` (accuracy, name) is drawn as a dashed line: what chance or the majority class
+  scores. Models in `marked` get a `*` (accuracy not comparable with the paper's). Models
+  missing any of the three figures are left out and named in a note on the figure, under
+  `notes`. Returns what was drawn (axis limits, labels, notes), for tests.
   """
   plt = _pyplot()
   figures = {"accuracy": accuracy_by_model, "speed": speed_by_model, "memory": memory_by_model}
@@ -116,7 +140,9 @@ def bubble_chart(path: str, accuracy_by_model: dict[str, float],
 
   if shown:
     _bubble_limits(ax, [speed_by_model[m] for m in shown],
-                   [accuracy_by_model[m] for m in shown])
+                   [accuracy_by_model[m] for m in shown] + ([baseline[0]] if baseline else []))
+  if baseline is not None:
+    _baseline_line(ax, *baseline)
   else:
     ax.text(0.5, 0.5, "no model has accuracy, speed and memory", ha="center",
             va="center", transform=ax.transAxes)
@@ -124,26 +150,27 @@ def bubble_chart(path: str, accuracy_by_model: dict[str, float],
     ax.scatter([speed_by_model[m]], [accuracy_by_model[m]], s=area(memory_by_model[m]),
                color=style[m][0], alpha=0.55, edgecolors="black", linewidths=0.8,
                clip_on=False, zorder=2)
-  labels = {m: f"{MODEL_TITLES.get(m, m)}\n{memory_by_model[m]:.2g} GB" for m in shown}
+  labels = {m: f"{MODEL_TITLES.get(m, m)}{'*' * (m in marked)}\n"
+                f"{memory_text(memory_by_model[m])}" for m in shown}
+  below = list(notes) + (["Left out: " + "; ".join(left_out)] if left_out else []) + (
+      ["* accuracy not comparable with the paper's (see accuracy.md)"]
+      if marked & set(shown) else [])
   shifts = _spread_labels(fig, ax, shown, speed_by_model, accuracy_by_model,
                           {m: math.sqrt(area(memory_by_model[m]) / math.pi) for m in shown},
                           labels)
-  for m in shown:
-    dx, dy = shifts[m]
-    ax.annotate(labels[m], (speed_by_model[m], accuracy_by_model[m]), xytext=(dx, dy),
-                textcoords="offset points", va="center", fontsize=8, zorder=3,
-                arrowprops=(dict(arrowstyle="-", color="grey", linewidth=0.6)
-                            if abs(dy) > 4 else None))
+  _annotate(ax, shown, speed_by_model, accuracy_by_model, labels, shifts)
   ax.text(0.99, 0.01, "bubble area \u221d memory", transform=ax.transAxes, ha="right",
           va="bottom", fontsize=8, color="dimgrey")
   ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
   ax.set_title(title)
   ax.grid(True, alpha=0.3, zorder=0)
-  if left_out:
-    fig.text(0.01, -0.02, "Left out: " + "; ".join(left_out), fontsize=7, ha="left",
-             va="top", wrap=True)
+  if below:
+    fig.text(0.01, -0.02, "\n".join(below), fontsize=7, ha="left", va="top", wrap=True)
+  drawn = {"xlim": ax.get_xlim(), "ylim": ax.get_ylim(), "xlabel": xlabel, "ylabel": ylabel,
+           "labels": labels, "baseline": baseline, "notes": below}
   _save(fig, path)
+  return drawn
 
 
 def _model_points(tables: dict, model: str
@@ -167,7 +194,7 @@ def _model_points(tables: dict, model: str
   return times, mems, failed
 
 
-def _log_log_axes(axes: tuple[Any, Any], lengths: list[int]) -> None:
+def _log_log_axes(axes: tuple[Any, Any], lengths: list[int], memory_unit: str = "GB") -> None:
   """Lengths as powers of two; plain numbers (0.5, not 5x10^-1) on the log y axes."""
   from matplotlib.ticker import FuncFormatter
   plain = FuncFormatter(lambda v, _: f"{v:g}")
@@ -181,7 +208,7 @@ def _log_log_axes(axes: tuple[Any, Any], lengths: list[int]) -> None:
       lead = round(v / 10 ** math.floor(math.log10(v) + 1e-9), 6)
       return f"{v:g}" if lead in (2.0, 5.0) else ""
     return FuncFormatter(label)
-  for ax, ylabel in zip(axes, ("step time (s)", "memory per device (GB)")):
+  for ax, ylabel in zip(axes, ("step time (s)", f"memory per device ({memory_unit})")):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(plain)
@@ -206,8 +233,13 @@ def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs
   lengths, models = tables["lengths"], tables["models"]
   style = _style(models)
   fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(13, 5.5))
+  by_model = {m: _model_points(tables, m) for m in models}
+  # MB when every figure is below 1 GB, as in the tables.
+  small = all(gb < 1 for _, mems, _ in by_model.values() for _, gb in mems)
+  unit, scale = ("MB", 1000.0) if small else ("GB", 1.0)
   for m in models:
-    times, mems, failed = _model_points(tables, m)
+    times, mems, failed = by_model[m]
+    mems = [(n, gb * scale) for n, gb in mems]
     label = MODEL_TITLES.get(m, m) + (f" ({', '.join(failed)})" if failed else "")
     color, marker = style[m]
     for ax, points in ((ax_t, times), (ax_m, mems)):
@@ -216,7 +248,7 @@ def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs
                 markersize=6)
   measure = {("peak",): "device peak", ("compiled",): "XLA compiled analysis"}.get(
       tuple(tables["memory_measures"]), "peak where reported, else XLA compiled analysis")
-  _log_log_axes((ax_t, ax_m), lengths)
+  _log_log_axes((ax_t, ax_m), lengths, unit)
   ax_t.set_title("training step time")
   ax_m.set_title(f"memory ({measure})")
   handles, labels = ax_t.get_legend_handles_labels()

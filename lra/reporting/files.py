@@ -27,12 +27,20 @@ def _plain(obj: Any) -> Any:
   return obj
 
 
+def json_text(obj: Any) -> str:
+  return json.dumps(_plain(obj), indent=2, allow_nan=False) + "\n"
+
+
 def write_json(path, obj: Any) -> None:
   """`path` local or a URL (gs://...); a reader never sees half a file."""
-  paths.write_text(path, json.dumps(_plain(obj), indent=2, allow_nan=False) + "\n")
+  paths.write_text(path, json_text(obj))
 
 
 def write_csv(path, rows: list[dict]) -> None:
+  paths.write_text(path, csv_text(rows))
+
+
+def csv_text(rows: list[dict]) -> str:
   """Columns = union of the rows' keys in first-seen order; nested values as JSON text."""
   columns: dict[str, None] = {}
   for row in rows:
@@ -44,4 +52,4 @@ def write_csv(path, rows: list[dict]) -> None:
     row = _plain(row)
     writer.writerow({k: ("" if v is None else json.dumps(v) if isinstance(v, (dict, list))
                          else v) for k, v in row.items()})
-  paths.write_text(path, f.getvalue())
+  return f.getvalue()

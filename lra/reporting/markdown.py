@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from lra.reporting.numbers import finite, fmt, si
+from lra.reporting.numbers import finite, fmt, memory_text, si
 from lra.reporting.paper import MODEL_TITLES, TASK_TITLES
 
 
@@ -20,6 +20,30 @@ def _compare(ours: float | None, paper: float | None, paper_fail: bool = False,
   return f"{text} ({paper:.1f}, {diff:+.1f})"
 
 
+def _accuracy_cell(ours, paper, paper_fail: bool, diff, comparable: bool, mark: str = "") -> str:
+  """A marked (`*`) cell is ours alone: never set beside the paper's figure."""
+  if ours is not None and not comparable:
+    return fmt(ours) + "*" + mark
+  return _compare(ours, paper, paper_fail, diff, mark)
+
+
+def _marked_notes(table: dict) -> list[str]:
+  """The explanation of every `*`: why each marked cell is not comparable with the paper."""
+  notes = []
+  for row in table["rows"]:
+    for task in table["tasks"]:
+      why = row["cells"][task]["not_comparable"]
+      if why and row["cells"][task]["ours"] is not None:
+        notes.append(f"- {MODEL_TITLES.get(row['model'], row['model'])} / "
+                     f"{TASK_TITLES.get(task, task)}: {'; '.join(why)}")
+  if not notes:
+    return []
+  return ["", "\\* not comparable with the paper: the run did not use the task's full data "
+          "and the paper-comparable config (the task config's base or `,paper` option), so it "
+          "is shown without the paper's figure, and an average over it is marked too and not "
+          "set beside the paper's:", ""] + notes
+
+
 def accuracy_markdown(table: dict) -> str:
   """Markdown like the paper's Table 1, then how each of our cells was obtained."""
   tasks = table["tasks"]
@@ -30,36 +54,49 @@ def accuracy_markdown(table: dict) -> str:
     cells = [MODEL_TITLES.get(row["model"], row["model"])]
     for task in tasks:
       c = row["cells"][task]
-      cells.append(_compare(c["ours"], c["paper"], c["paper_fail"], c["diff"]))
-    cells.append(_compare(row["avg5"], row["paper_avg5"], diff=row["avg5_diff"]))
-    mark = "*" if row["avg6"] is not None and row["avg6_pathx_assumed"] else ""
+      cells.append(_accuracy_cell(c["ours"], c["paper"], c["paper_fail"], c["diff"],
+                                  not c["not_comparable"]))
+    cells.append(_accuracy_cell(row["avg5"], row["paper_avg5"], False, row["avg5_diff"],
+                                row["avg5_comparable"]))
+    mark = "†" if row["avg6"] is not None and row["avg6_pathx_assumed"] else ""
     any_assumed |= bool(mark)
-    cells.append(_compare(row["avg6"], row["paper_avg6"], diff=row["avg6_diff"], mark=mark))
+    cells.append(_accuracy_cell(row["avg6"], row["paper_avg6"], False, row["avg6_diff"],
+                                row["avg6_comparable"], mark))
     lines.append("| " + " | ".join(cells) + " |")
   lines += ["", "Cells: our test accuracy % (paper %, ours - paper); `-` = not run or not "
             "finished; FAIL = the paper's model did not learn the task. Avg5 = mean of the five "
             "tasks without Path-X; Avg6 = mean of six with a failed Path-X counted as 50. "
             "Averages are given only when all five other tasks are present."]
   if any_assumed:
-    lines.append("\\* no Path-X run: counted as 50 in Avg6.")
+    lines.append("† no Path-X run: counted as 50 in Avg6.")
+  lines += _marked_notes(table)
   runs = [(row["model"], t, row["cells"][t]["run"]) for row in table["rows"] for t in tasks
           if row["cells"][t]["run"]]
+  if any(run["superseded"] for _, _, run in runs):
+    lines += ["", table.get("choice_rule", "")]
   if runs:
     lines += ["", "How each cell was obtained:", ""]
-    for model, task, run in runs:
-      best = (f"best val {fmt(run['best_val_accuracy'])}% at step {run['best_step']}"
-              if run["best_step"] is not None else "no validation")
-      text = (f"- {MODEL_TITLES.get(model, model)} / {TASK_TITLES.get(task, task)}: "
-              f"{run['num_train_steps']} steps, {best}, {run['config']}, on {run['hardware']}")
-      if run["test_count"] is not None:
-        text += f"; {run['test_count']} test examples"
-      if run["majority_rate"] is not None:
-        text += f" (majority class {fmt(run['majority_rate'])}%)"
-      text += f"; `{run['workdir']}`"
-      if run["superseded"]:
-        text += f" (chosen by validation over {', '.join(run['superseded'])})"
-      lines.append(text)
+    lines += [_run_line(model, task, run) for model, task, run in runs]
   return "\n".join(lines) + "\n"
+
+
+def _run_line(model: str, task: str, run: dict) -> str:
+  best = (f"best val {fmt(run['best_val_accuracy'])}% at step {run['best_step']}"
+          if run["best_step"] is not None else "no validation")
+  text = (f"- {MODEL_TITLES.get(model, model)} / {TASK_TITLES.get(task, task)}: "
+          f"{run['num_train_steps']} steps, {best}, {run['config']}, on {run['hardware']}")
+  if run.get("train_count") is not None:
+    text += f"; {run['train_count']} train examples"
+  if run["test_count"] is not None:
+    text += f"; {run['test_count']} test examples"
+  if run["majority_rate"] is not None:
+    text += f" (majority class {fmt(run['majority_rate'])}%)"
+  if str(run.get("tested_checkpoint") or "").startswith("the final state"):
+    text += f"; tested {run['tested_checkpoint']}"  # not the best-on-validation one
+  text += f"; `{run['workdir']}`"
+  if run["superseded"]:
+    text += f" (chosen over {', '.join(run['superseded'])})"
+  return text
 
 
 def _length_title(length: int) -> str:
@@ -116,11 +153,11 @@ def _speed_text(c: dict) -> str:
 
 
 def _memory_text(c: dict, mixed: bool) -> str:
-  text = fmt(c["gb"], 2)
+  text = memory_text(c["gb"])
   if mixed and c["measure"] == "compiled":
     text += "†"
   if c["paper"] is not None:
-    text += f" ({c['paper']:.2f})"
+    text += f" ({memory_text(c['paper'])})"
   return text
 
 
@@ -150,8 +187,8 @@ def speed_markdown(tables: dict, machine: dict | None = None) -> str:
     what = f"{_MEASURE_TEXT['peak']}; † = {_MEASURE_TEXT['compiled']} where no peak is reported"
   else:
     what = _MEASURE_TEXT[measures[0]] if measures else "no memory figures"
-  out += ["", f"Memory per device in GB of 10^9 bytes: {what}. The paper's TPU v3 figure in "
-          "parentheses.", ""]
+  out += ["", f"Memory per device (MB = 10^6 bytes below 1 GB, GB = 10^9 bytes): {what}. The "
+          "paper's TPU v3 figure in parentheses.", ""]
   out += _length_table(tables, "memory", lambda c: _memory_text(c, mixed))
 
   out += ["", "FLOPs per training step (XLA cost analysis); achieved FLOP/s (fraction of the "

@@ -30,3 +30,10 @@ def si(x: float, unit: str) -> str:
     if abs(x) >= factor:
       return f"{x / factor:.3g} {prefix}{unit}"
   return f"{x:.3g} {unit}"
+
+
+def memory_text(gb: float | None) -> str:
+  """'850 MB' below 1 GB, '1.50 GB' from there (10^6 and 10^9 bytes); '-' if missing."""
+  if gb is None:
+    return "-"
+  return f"{gb * 1000:.0f} MB" if gb < 1 else f"{gb:.2f} GB"

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import json
-import logging
+from typing import Any
 
 from lra import paths
+from lra.reporting import comparable
 from lra.reporting.numbers import finite
-
-log = logging.getLogger(__name__)
+from lra.reporting.paper import TASKS
+from models.settings import is_int, is_real
 
 
 def _find_results(path: str, warnings: list[str]) -> list:
@@ -36,43 +37,93 @@ def _find_results(path: str, warnings: list[str]) -> list:
   return found
 
 
+def _fraction(value: Any) -> bool:
+  return is_real(value) and 0.0 <= value <= 1.0
+
+
+def problem(result: Any) -> str | None:
+  """Why a results.json cannot be reported (None when it can): a missing or impossible figure
+  (an accuracy outside [0, 1], a count below 1), an unknown task."""
+  if not isinstance(result, dict):
+    return "not a JSON object"
+  for key in ("model", "task", "test_accuracy"):
+    if key not in result:
+      return f"no {key!r} field"
+  if not isinstance(result["model"], str) or not result["model"]:
+    return f"model {result['model']!r} is not a model name"
+  if result["task"] not in TASKS:
+    return f"unknown task {result['task']!r} (valid: {', '.join(TASKS)})"
+  for key in ("test_accuracy", "best_val_accuracy", "test_majority_rate"):
+    if (key == "test_accuracy" or result.get(key) is not None) and not _fraction(result[key]):
+      return f"{key}={result[key]!r} is not an accuracy between 0 and 1"
+  for key in ("test_count", "train_count", "val_count", "num_train_steps"):
+    value = result.get(key)
+    if value is not None and (not is_int(value) or value < 1):
+      return f"{key}={value!r} is not a positive integer"
+  if result.get("config") is not None and not isinstance(result["config"], dict):
+    return "config is not a JSON object"
+  return None
+
+
+# The rule for one cell with several runs, as the tables state it.
+CHOICE_RULE = ("Of several runs of one model and task, a run on the task's full data with the "
+               "paper-comparable config is preferred; runs on the same data are chosen by best "
+               "validation accuracy (never by test accuracy); runs on different data are not "
+               "compared by validation accuracy: the one with more training, then test, "
+               "examples is kept, then the first one found.")
+
+
+def _choose(old: dict, new: dict) -> tuple[dict, dict, str]:
+  """(kept, dropped, why) of two runs of one (model, task), by CHOICE_RULE."""
+  old_ok, new_ok = not comparable.differences(old), not comparable.differences(new)
+  if old_ok != new_ok:
+    return (new, old, "full data and the paper's config") if new_ok else (
+        old, new, "full data and the paper's config")
+  if comparable.data_key(old) == comparable.data_key(new):
+    new_val = finite(new.get("best_val_accuracy"))
+    old_val = finite(old.get("best_val_accuracy"))
+    if new_val is not None and (old_val is None or new_val > old_val):
+      return new, old, f"best val {new_val} over {old_val}"
+    return old, new, f"best val {old_val} over {new_val}"
+  size = lambda r: (r.get("train_count") or 0, r.get("test_count") or 0)
+  if size(new) > size(old):
+    return new, old, "different data, not compared by validation: more examples"
+  return old, new, ("different data, not compared by validation: "
+                    + ("more examples" if size(old) > size(new) else "the first one found"))
+
+
 def collect_results(workdirs: list[str], warnings: list[str] | None = None) -> list[dict]:
   """Reads every results.json under the given run or parent directories.
 
-  Problems (missing results, unreadable files, duplicate runs) are appended to `warnings`
-  (and logged) instead of raised, so one broken run does not hide the others. Of two runs of
-  the same (model, task) the one with the higher best_val_accuracy is kept: choosing by test
-  accuracy would select on the test set. The kept result gets "workdir" and, when it won a
-  tie-break, "superseded" (the other run directories).
+  Problems (missing results, unreadable or impossible files, unknown tasks, duplicate runs)
+  are appended to `warnings` (the caller prints them) instead of raised, one line per file,
+  so one broken run does not hide the others. Of several runs of the same (model, task) one
+  is kept by CHOICE_RULE; it gets "workdir" and, when it won a choice, "superseded" (the other run
+  directories).
   """
   warnings = [] if warnings is None else warnings
-  start = len(warnings)
   kept: dict[tuple[str, str], dict] = {}
   for workdir in workdirs:
     for file in _find_results(workdir, warnings):
       try:
         result = json.loads(file.read_text())
-        key = (str(result["model"]), str(result["task"]))
-        float(result["test_accuracy"])
-      except (OSError, ValueError, KeyError, TypeError) as e:
-        warnings.append(f"{file}: unreadable results ({type(e).__name__}: {e})")
+      except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        warnings.append(f"{file}: unreadable results ({type(e).__name__}: {e}); skipped")
+        continue
+      why = problem(result)
+      if why is not None:
+        warnings.append(f"{file}: {why}; skipped")
         continue
       result = {**result, "workdir": str(file.parent)}
+      key = (result["model"], result["task"])
       old = kept.get(key)
       if old is None:
         kept[key] = result
         continue
-      new_val = finite(result.get("best_val_accuracy"))
-      old_val = finite(old.get("best_val_accuracy"))
-      better = new_val is not None and (old_val is None or new_val > old_val)
-      winner, loser = (result, old) if better else (old, result)
+      winner, loser, why = _choose(old, result)
       winner["superseded"] = (list(winner.get("superseded", [])) + [loser["workdir"]] +
                               list(loser.get("superseded", [])))
       kept[key] = winner
-      warnings.append(
-          f"{key[0]}/{key[1]}: two runs; kept {winner['workdir']} (best val "
-          f"{winner.get('best_val_accuracy')}) over {loser['workdir']} (best val "
-          f"{loser.get('best_val_accuracy')})")
-  for w in warnings[start:]:
-    log.warning(w)
+      warnings.append(f"{key[0]}/{key[1]}: two runs; kept {winner['workdir']} over "
+                      f"{loser['workdir']} ({why})")
   return sorted(kept.values(), key=lambda r: (r["model"], r["task"]))

@@ -109,3 +109,23 @@ def bubble_inputs(acc_table: dict, tables: dict, average: str = "avg5",
     if m and m["gb"] is not None:
       memory[model] = m["gb"]
   return accuracy, speed, memory, length
+
+
+def size_note(machine: dict, found: list[dict], length: int | None) -> str | None:
+  """A line for the bubble chart when speed and memory were measured with another model size
+  than (some of) the accuracy runs used; None when they agree."""
+  size = machine.get("model_size") or {}
+
+  def setting(result: dict, key: str):  # 'attention.k' for a mixer setting
+    node = (result.get("config") or {}).get("model") or {}
+    for part in key.split("."):
+      node = node.get(part) if isinstance(node, dict) else None
+    return node
+  differ = sorted({r["model"] for r in found for key, value in size.items()
+                   if setting(r, key) != value})
+  if not size or not differ:
+    return None
+  shown = ", ".join(f"{k}={v}" for k, v in size.items())
+  return (f"Speed and memory measured with one model size for every model ({shown}; batch "
+          f"{machine.get('batch', '?')}, {length} tokens), not the sizes of the accuracy runs "
+          f"of {', '.join(differ)}")
