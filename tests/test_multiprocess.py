@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import jax
 import numpy as np
 
@@ -32,6 +33,7 @@ def _params(workdir, config):
   return jax.device_get(state.params)
 
 
+@pytest.mark.slow  # heavy; `pytest -m slow`
 def test_two_processes_equal_one(listops_dir, tmp_path):
   config = tiny_config(listops_dir)
   single = trainer.train_and_evaluate(config, str(tmp_path / "single"),

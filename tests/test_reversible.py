@@ -166,6 +166,7 @@ def _train_step_temp_bytes(reversible_layers: bool, num_layers: int) -> int:
   return compiled.memory_analysis().temp_size_in_bytes
 
 
+@pytest.mark.slow  # heavy; `pytest -m slow`
 def test_activation_memory_does_not_grow_with_depth():
   """XLA's compiled memory analysis of a train step (with dropout) at 1K tokens: 12 layers
   against 2. Each layer's attention weights alone are 2 x 1025^2 floats (8 MB)."""
