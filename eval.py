@@ -13,7 +13,6 @@ speed.{md,csv,json} and scaling.png. `--set` overrides any config.model field fo
 num_layers=12`, or a mixer setting as `--set attention.NAME=VALUE`.
 """
 import argparse
-import contextlib
 import json
 import sys
 
@@ -52,23 +51,11 @@ def _writable_folder(out: str) -> None:
     raise UserError(f"--out={out} is a file, not a folder; name a folder for the tables")
 
 
-@contextlib.contextmanager
-def _writing(out: str):
-  """A read-only or full disk under --out: one line; each file is written whole or not at all
-  (lra.paths), so the earlier ones stay."""
-  try:
-    yield
-  except OSError as e:
-    raise UserError(f"cannot write {e.filename or out}: {e.strerror or e}; free space or "
-                    f"choose another --out") from None
-
-
 def _write_all(out: str, outputs: dict) -> None:
   """Writes path -> text, each file whole (never an empty table in place of an earlier one:
-  callers write only what they have)."""
-  with _writing(out):
-    for path, text in outputs.items():
-      paths.write_text(path, text)
+  callers write only what they have). A full or read-only disk is one line (run_command)."""
+  for path, text in outputs.items():
+    paths.write_text(path, text)
 
 
 def _accuracy(args) -> None:
@@ -93,8 +80,7 @@ def _accuracy(args) -> None:
                         out / "accuracy.json": files.json_text(table)})
   print(text)
   if measured is not None:
-    with _writing(args.out):
-      _bubble(charts, out / "bubble.png", table, found, measured, args.average)
+    _bubble(charts, out / "bubble.png", table, found, measured, args.average)
   print(f"wrote {args.out}/accuracy.{{md,csv,json}}")
 
 
@@ -189,9 +175,8 @@ def _speed(args) -> None:
   text = markdown.speed_markdown(speed.speed_tables(rows), machine)
   _write_all(args.out, {out / "speed.json": files.json_text({"machine": machine, "rows": rows}),
                         out / "speed.csv": files.csv_text(rows), out / "speed.md": text + "\n"})
-  with _writing(args.out):
-    charts.scaling_chart(out / "scaling.png", rows,
-                         f"Train step vs length ({machine['device_kind']}, batch {args.batch})")
+  charts.scaling_chart(out / "scaling.png", rows,
+                       f"Train step vs length ({machine['device_kind']}, batch {args.batch})")
   print(text)
   print(f"wrote {args.out}/speed.{{md,csv,json}} and {args.out}/scaling.png")
 
