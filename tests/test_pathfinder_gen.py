@@ -7,32 +7,24 @@ import pytest
 from PIL import Image
 
 from lra.data import pathfinder, pathfinder_gen
+from lra.data.pathfinder_gen import stamps
 
 
 @pytest.fixture(scope="module")
 def hard32():
   params = pathfinder_gen.params_for(32, "hard")
-  return params, [pathfinder_gen.sample(params, 5, k) for k in range(120)]
-
-
-def bar_points(pivots: np.ndarray, length: float, n: int = 25) -> np.ndarray:
-  """Points along each paddle's centreline (the segment of `length` ending on its pivot)."""
-  a, b = pivots[:-1], pivots[1:]
-  u = (b - a) / np.linalg.norm(b - a, axis=1, keepdims=True)
-  t = np.linspace(0, 1, n)[None, :, None]
-  start = b - length * u
-  return (start[:, None] + t * (b - start)[:, None]).reshape(-1, 2)
-
-
-def min_distance(p: np.ndarray, q: np.ndarray) -> float:
-  return float(np.min(np.linalg.norm(p[:, None] - q[None], axis=-1)))
+  return params, [pathfinder_gen.sample(params, 5, k) for k in range(60)]
 
 
 def test_params_table_and_errors():
   p = pathfinder_gen.params_for(32, "hard")
   assert (p.level_folder, p.contour_length, p.distractor_length, p.num_distractors) == \
       ("curv_contour_length_14", 14, 4, 5)
-  assert pathfinder_gen.params_for(128, "easy").margin == 2
+  assert (p.paddle_length, p.paddle_thickness, p.margins, p.antialias_scale) == (2, 0.5, (1,), 2)
+  assert p.snake_contrast * p.paddle_contrast == 1.5
+  path_x = pathfinder_gen.params_for(128, "hard")
+  assert (path_x.margins, path_x.num_distractors, path_x.seed_distance) == ((2, 3), 8, 20)
+  assert pathfinder_gen.params_for(128, "easy").num_distractors == 35 // 2
   assert pathfinder_gen.params_for(64, "intermediate").num_distractors == 22 // 3
   for level, (folder, _) in pathfinder_gen.LEVELS.items():
     assert pathfinder.LEVEL_FOLDERS[level] == folder  # the reader agrees on folder names
@@ -58,61 +50,84 @@ def test_deterministic():
 def test_label_balance():
   params = pathfinder_gen.params_for(32, "easy")
   labels = [pathfinder_gen.sample(params, 0, k)[1] for k in range(400)]
-  assert 0.4 <= np.mean(labels) <= 0.6
+  assert 0.4 <= np.mean(labels) <= 0.6  # 4 standard deviations of a fair coin
 
 
-def check_geometry(params, label, geometry):
+def check_geometry(params, image, label, geometry):
   snakes, markers = geometry["snakes"], geometry["markers"]
   first, second = geometry["marker_snakes"]
-  assert geometry["label"] == label
-  assert all(len(s) == params.contour_length + 1 for s in snakes)
-  # The first marker sits on an origin tip, the second on a far tip.
-  np.testing.assert_allclose(markers[0], snakes[first][0])
-  np.testing.assert_allclose(markers[1], snakes[second][-1])
+  margin = geometry["margin"]
+  assert geometry["label"] == label and margin in params.margins
+  assert all(len(s) == params.contour_length for s in snakes)
+  # The first marker sits on the first pixel of a target, the second on a far end.
+  np.testing.assert_array_equal(markers[0], snakes[first][0])
+  np.testing.assert_array_equal(markers[1], snakes[second][-1])
   assert (first == second) == (label == 1)
-  # Each snake is a connected chain of paddle steps.
-  for s in snakes + geometry["distractors"]:
+  # Targets start seed_distance apart (rounded to pixels).
+  assert abs(np.linalg.norm(snakes[0][0] - snakes[1][0]) - params.seed_distance) <= 1
+  # Consecutive far ends: length + margin to length + 2 margin apart (turns under 90
+  # degrees), give or take the rounding to pixels. The seed paddle is drawn forwards from the
+  # origin tip, so the first far end is up to twice length + margin from it.
+  step = params.paddle_length + margin
+  for s in snakes:
     steps = np.linalg.norm(np.diff(s, axis=0), axis=1)
-    assert np.all(np.abs(steps - params.step) < 0.5), steps
-  # The targets seed seed_distance apart and never come within the margin of each other.
-  assert abs(np.linalg.norm(snakes[0][0] - snakes[1][0]) - params.seed_distance) < 0.5
-  pivot_gap = np.min(np.linalg.norm(snakes[0][:, None] - snakes[1][None], axis=-1))
-  assert pivot_gap > params.margin
-  target_bars = [bar_points(s, params.paddle_length) for s in snakes]
-  assert min_distance(*target_bars) > params.margin
-  # Distractors keep clear of the targets, so they cannot join the marked tips.
-  for d in geometry["distractors"]:
-    assert min_distance(bar_points(d, params.paddle_length), np.concatenate(target_bars)) > \
-        params.margin
+    assert np.all(steps[1:] >= step - 2) and np.all(steps[1:] <= step + margin + 2), steps
+    assert steps[0] <= 2 * step + 2, steps
+  # Every paddle end and marker is inked; the background is dark.
+  for s in snakes:
+    assert np.all(image[s[:, 0], s[:, 1]] > 0)
+  assert image.max() == 255 and (image == 0).mean() > 0.5
+  assert geometry["distractors"] <= params.num_distractors
 
 
 def test_geometry_32(hard32):
   params, samples = hard32
   assert {label for _, label, _ in samples} == {0, 1}
-  for _, label, geometry in samples:
-    check_geometry(params, label, geometry)
+  for image, label, geometry in samples:
+    check_geometry(params, image, label, geometry)
 
 
-@pytest.mark.parametrize("size", [64, 128])
-def test_geometry_larger(size):
-  params = pathfinder_gen.params_for(size, "hard")
-  for k in range(6):
-    _, label, geometry = pathfinder_gen.sample(params, 1, k)
-    check_geometry(params, label, geometry)
-
-
-@pytest.mark.parametrize("size,level", [(32, "hard"), (64, "easy"), (128, "hard")])
-def test_images(size, level):
+@pytest.mark.parametrize("size,level", [(64, "easy"), (128, "hard")])
+def test_geometry_larger(size, level):
   params = pathfinder_gen.params_for(size, level)
-  for k in range(4):
-    image, _, geometry = pathfinder_gen.sample(params, 2, k)
+  for k in range(3):
+    image, label, geometry = pathfinder_gen.sample(params, 1, k)
     assert image.dtype == np.uint8 and image.shape == (size, size)
-    for centre in geometry["markers"]:  # the pixel under a marker's centre is full white
-      assert image[int(centre[0]), int(centre[1])] == 255
-    for snake in geometry["snakes"]:  # every paddle ends on an inked pixel
-      rows, cols = snake[1:].astype(int).T
-      assert np.all(image[rows, cols] > 0)
-    assert image.max() == 255 and (image == 0).mean() > 0.5  # dark background
+    check_geometry(params, image, label, geometry)
+
+
+def test_paddle_window():
+  """A paddle: antialiased ink along its segment, inside its mask."""
+  for degrees in range(-180, 180, 15):
+    orientation = degrees * np.pi / 180
+    ink, mask = stamps.paddle(orientation, 5, 1.5, 2, 2)
+    half = stamps.half_size(5, 1.5, 2)
+    assert ink.shape == mask.shape == (2 * half + 1,) * 2 and ink.max() > 128
+    assert np.all(mask[ink > 0] > 0)  # the mask covers the ink (it is the ink grown)
+    assert (mask > 0).sum() > (ink > 0).sum()
+    rows, cols = np.nonzero(ink > 32)  # the clearly inked pixels lie along the segment
+    direction = np.array([np.sin(orientation), np.cos(orientation)])
+    along = (np.stack([rows, cols], 1) - half) @ direction
+    across = np.abs((np.stack([rows, cols], 1) - half) @ [direction[1], -direction[0]])
+    assert along.min() >= -2 and along.max() <= 5 + 2 and across.max() <= 2.5, degrees
+    assert 0 < (ink > 0).mean() < 1
+
+
+def test_seed_directions_without_any_seed():
+  """seed_offsets is None exactly when some pixel's offsets all fall outside the image."""
+  usable = 0
+  for degrees in range(-180, 180):
+    orientation = degrees * np.pi / 180
+    offsets = stamps.seed_offsets(orientation, 2, 0.5, 1, 2, 32)
+    ink, mask = stamps.paddle(orientation, 2, 0.5, 1, 2)
+    full = np.argwhere(mask == 255) - stamps.half_size(2, 0.5, 1) + 1  # from the window centre
+    inside = [(p, q) for p in range(32) for q in (0, 31)] + [(q, p) for p in range(32)
+                                                            for q in (0, 31)]
+    reachable = all(any(0 <= p + dy < 32 and 0 <= q + dx < 32 for dy, dx in full)
+                    for p, q in inside)
+    assert (offsets is not None) == (len(full) > 0 and reachable), degrees
+    usable += offsets is not None
+  assert usable == 30  # the first target's seed can only take these directions at 32 pixels
 
 
 def test_release_layout(tmp_path):
@@ -128,7 +143,8 @@ def test_release_layout(tmp_path):
     with open(os.path.join(one, "metadata", f"{folder}.npy")) as f:
       fields = f.read().splitlines()[i].split()
     image, label, _ = pathfinder_gen.sample(params, 7, k)
-    assert fields[:5] == [f"imgs/{folder}", f"sample_{i}.png", "0", str(label), "14"]
+    assert fields == [f"imgs/{folder}", f"sample_{i}.png", str(i), str(label), "1.0", "14", "4",
+                      "2", "0.5", "1", "1"]
     with Image.open(os.path.join(one, fields[0], fields[1])) as png:
       assert png.mode == "L"
       np.testing.assert_array_equal(np.asarray(png), image)

@@ -1,41 +1,48 @@
-"""Pathfinder / Path-X generator: a fast reimplementation of the "snakes" images of
-Linsley et al. (2018) as LRA used them, writing the original release layout.
+"""Pathfinder / Path-X generator: the "snakes" images of Linsley et al. (2018) as LRA used them,
+written in the original release layout.
 
-One image: two target snakes seeded `seed_distance` apart grow alternately, one paddle at a
-time, `contour_length` paddles each; distractor snakes of `contour_length // 3` paddles then
-fill the image; two disk markers sit on snake tips. Label 1: both markers on the two tips of
-one target snake; label 0: the origin tip of one target and the far tip of the other.
+It follows the original program (snakes.py / snakes2.py of drewlinsley/pathfinder, with the
+settings of LRA's TFDS builders, params.py) step for step, so its images have the same
+distribution; it draws every paddle once per direction and keeps the occupancy up to date
+locally instead of redrawing whole images, which makes it many times faster. The randomness is
+numpy's Generator, so an image is not the original's for the same seed, only alike.
 
-Geometry, as read here from the algorithm description:
-- A paddle is a straight antialiased bar of length `paddle_length` and full width
-  `paddle_thickness` (flat ends). From a pivot it is placed on the circle of radius
-  `paddle_length + margin` around that pivot: the bar ends on the circle (the new pivot) and
-  starts `margin` pixels out, so a snake is a dashed line with gaps of about `margin`.
-- Occupancy: a pixel is inked when any antialias sub-sample falls inside a bar. Every placed
-  bar reserves its ink grown by a disk of radius `margin + 0.5` (at least `margin` clear
-  pixels in every direction, diagonals included). A new bar's ink must miss everything
-  reserved except its own snake's previous bar, and stay inside the `padding` border.
-- Direction: candidates are NUM_ANGLES directions, all tested at once; a free one is drawn
-  with weight max(cos(min(|dtheta| * continuity, pi/2)), 0)^2 relative to the previous
-  direction (uniform for a snake's first bar). Since every candidate is tested, a retry could
-  never find anything new: a target placement with no free candidate restarts the pair, and
-  a stuck distractor is taken back and re-seeded (a few times, then skipped).
-- Tips: the origin tip is the seed point (a marker-sized disk is reserved there from the
-  start), the far tip is the last pivot. Far tips whose marker disk would touch the other
-  target snake restart the pair, for both tips whatever the label, so label 0 and label 1
-  images have the same geometry statistics. Marker disks are reserved before distractors.
-- Contrast: a bar's pixel value is min(1, snake_contrast * paddle_contrast * coverage), the
-  contrast acting as a gain on the antialiased coverage before clipping (32px: 2 * 0.75).
-  Markers are drawn at full intensity. Image = pixelwise max of everything, times 255,
-  rounded to uint8.
-- Pivots live on a 1/SUBPIXEL pixel grid, so each (sub-pixel offset, direction) bar is a
-  precomputed stamp: generation is a few small numpy operations per bar.
+Geometry, as the original does it (pixels are whole (row, col); an orientation's row is sin):
+- Paddle: a PIL line `round(thickness * aa)` sub-pixels wide from a start pixel to
+  ceil(start + length * aa * direction), drawn at aa (= 2) times the resolution, byte-scaled
+  and shrunk with PIL's Lanczos filter (a grey fringe around each dash). Its mask is the line
+  grown by a disk of radius margin * aa before shrinking. Both are cut to the image.
+- Snake: a seed paddle starts at a free pixel in a uniformly drawn whole-degree direction; its
+  pivot sits `margin` behind its start. Each next pivot is `length + 2 margin` past the last
+  one along the last step; the next paddle's far end is drawn among the distinct pixels of the
+  circle of radius `length + margin` around it (one sample per pixel of arc), weighted by
+  max(cos(min(|turn| * continuity, pi/2)), 0)^2 times one minus the occupancy grown by a disk
+  of radius margin, and the paddle is drawn from that end back towards the pivot, so dashes
+  are `length` long with gaps of about 2 margin. A paddle whose mask plus the occupancy
+  reaches 1.8 anywhere is drawn again (3 tries), then the snake fails. A paddle's mask joins
+  the occupancy only when the next paddle is placed (neighbours may touch).
+- Targets: the first seed stays 2 seed_distance from the edges, the second starts
+  seed_distance away in a whole-degree direction, unchecked against the first; both grow
+  alternately to contour_length paddles. Any failure restarts the pair (hundreds of times
+  per hard image). Quirk kept: the first snake's last paddle never joins the occupancy. Also
+  kept: a seed direction whose mask, in the original's OpenCV dilation, leaves some edge
+  pixel with nothing inside the image finds no seed at all (at 32 pixels this leaves 30 of
+  360 directions for the first paddle of a pair).
+- Distractors: num_distractors snakes of distractor_length paddles (5 attempts each, left out
+  after that, none once under 1% of the image is free), seeds kept 1 pixel from the edges.
+  They take snake_contrast; target paddles take snake_contrast * paddle_contrast.
+- Markers: disks of marker_radius drawn at aa times the resolution and shrunk with Lanczos,
+  one on the first pixel of one target and one on the far end of the same target (label 1)
+  or the other (label 0). Image = maximum of everything, byte-scaled to 0..255: the brightest
+  pixel becomes 255, so only relative contrasts count (at 32 pixels distractor paddles, 2.0,
+  outshine target paddles, 1.5, and markers, 1.0).
 
 Every image's randomness comes from np.random.default_rng([seed, k]) alone (the label is its
 first draw), so a release is the same for any number of worker processes.
 
-The parts: params (the LRA settings per level and size), stamps (every bar and disk drawn
-once), snakes (one image), release (the release layout, written in parallel). Time it with
+The parts: params (the LRA settings per level and size), stamps (paddles and markers drawn
+once), snakes (one image), release (the release layout, written in parallel), stats and
+compare (the statistics that tell two generators apart). Time it with
 `python -m lra.data.pathfinder_gen --bench SIZE LEVEL`.
 """
 

@@ -1,4 +1,9 @@
-"""The LRA parameters of the Pathfinder generator: per level and per image size."""
+"""The LRA parameters of the Pathfinder generator: per level and per image size.
+
+The settings are those of LRA's TFDS builders (which name what was changed from the snakes
+wrapper's defaults); everything else is the wrapper's default: no single-paddle distractors,
+2 retries per paddle, 4 per distractor snake.
+"""
 
 from __future__ import annotations
 
@@ -11,24 +16,22 @@ CONTOUR_LENGTHS = {"easy": 6, "intermediate": 9, "hard": 14}
 LEVELS: dict[str, tuple[str, int]] = {
   level: (LEVEL_FOLDERS[level], length) for level, length in CONTOUR_LENGTHS.items()}
 
-# The table of LRA's parameters per image size. `distractor_budget` is the numerator of the
-# distractor count: budget // distractor_length snakes. Path-X (128) uses margin 2.
+# Per image size. `distractor_budget` // distractor_length distractor snakes; `margins`: one is
+# drawn per image (Path-X: 2 or 3). Lengths are whole pixels, thickness * antialias_scale must
+# be whole too (the paddle is drawn that many sub-pixels wide).
 SIZE_TABLE: dict[int, dict] = {
-  32: dict(padding=1, margin=1, seed_distance=7.0, marker_radius=1.5, paddle_length=2.0,
+  32: dict(padding=1, margins=(1,), seed_distance=7, marker_radius=1.5, paddle_length=2,
            paddle_thickness=0.5, continuity=1.0, distractor_budget=20, snake_contrast=2.0,
            paddle_contrast=0.75),
-  64: dict(padding=1, margin=1, seed_distance=12.0, marker_radius=2.5, paddle_length=5.0,
+  64: dict(padding=1, margins=(1,), seed_distance=12, marker_radius=2.5, paddle_length=5,
            paddle_thickness=1.0, continuity=1.8, distractor_budget=22, snake_contrast=0.8),
-  128: dict(padding=1, margin=2, seed_distance=20.0, marker_radius=3.0, paddle_length=5.0,
+  128: dict(padding=1, margins=(2, 3), seed_distance=20, marker_radius=3.0, paddle_length=5,
             paddle_thickness=1.5, continuity=1.8, distractor_budget=35, snake_contrast=0.9),
-  256: dict(padding=22, margin=3, seed_distance=27.0, marker_radius=5.0, paddle_length=5.0,
+  256: dict(padding=22, margins=(3,), seed_distance=27, marker_radius=5.0, paddle_length=5,
             paddle_thickness=2.0, continuity=1.8, distractor_budget=30, snake_contrast=1.0),
 }
 
 SIZES: tuple[int, ...] = tuple(SIZE_TABLE)
-
-NUM_ANGLES = 64  # candidate directions per bar (5.6 degrees apart)
-SUBPIXEL = 4     # pivots are quantised to 1/SUBPIXEL pixel, so stamps can be precomputed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,22 +45,18 @@ class Params:
   num_distractors: int       # distractor_budget // distractor_length
   distractor_budget: int
   padding: int
-  margin: int
-  seed_distance: float
+  margins: tuple[int, ...]
+  seed_distance: int
   marker_radius: float
-  paddle_length: float
+  paddle_length: int
   paddle_thickness: float
   continuity: float
   snake_contrast: float
-  paddle_contrast: float = 1.0
-  antialias_scale: int = 4    # sub-samples per pixel side when drawing bars and disks
-  max_pair_tries: int = 2000  # target-pair restarts before giving up on an image
-  distractor_tries: int = 10  # seeds tried per distractor snake before skipping it
-
-  @property
-  def step(self) -> float:
-    """Distance between consecutive pivots: the radius of the placement circle."""
-    return self.paddle_length + self.margin
+  paddle_contrast: float = 1.0  # target paddles only; distractors take snake_contrast alone
+  antialias_scale: int = 2      # paddles and markers are drawn this much finer, then resampled
+  paddle_tries: int = 3         # draws of a paddle's end before its snake fails
+  distractor_tries: int = 5     # attempts per distractor snake before it is left out
+  max_pair_tries: int = 10000   # target-pair restarts before giving up on an image
 
 
 def params_for(size: int, level: str) -> Params:
@@ -73,4 +72,3 @@ def params_for(size: int, level: str) -> Params:
   return Params(size=size, level=level, level_folder=folder, contour_length=contour_length,
                 distractor_length=distractor_length,
                 num_distractors=row["distractor_budget"] // distractor_length, **row)
-

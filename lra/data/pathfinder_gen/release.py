@@ -18,9 +18,12 @@ from lra.errors import UserError
 
 
 def _metadata_line(params: Params, folder: int, i: int, label: int, geometry: dict) -> str:
-  # Fields 0, 1 and 3 are what readers use; the rest describe the image.
-  return (f"imgs/{folder} sample_{i}.png 0 {label} {params.contour_length} "
-          f"{params.distractor_length} {len(geometry['distractors'])} {params.size}")
+  # The snakes code's fields: folder, file, index, label, continuity, contour length,
+  # distractor length, paddle length, paddle thickness, margin, paddle contrasts. Readers use
+  # fields 0, 1 and 3.
+  return (f"imgs/{folder} sample_{i}.png {i} {label} {float(params.continuity)} "
+          f"{params.contour_length} {params.distractor_length} {params.paddle_length} "
+          f"{float(params.paddle_thickness)} {geometry['margin']} 1")
 
 
 def _write_png(path: str, image: np.ndarray) -> None:

@@ -1,108 +1,137 @@
-"""Precomputed stamps: every (sub-pixel offset, direction) bar and marker disk, drawn once.
+"""Rendering: paddles, their occupancy masks and the markers, drawn as the snakes code draws them.
 
-Pivots live on a 1/SUBPIXEL pixel grid, so placing a bar is indexing these arrays.
+A paddle is a PIL line `round(thickness * aa)` sub-pixels wide and `length * aa` long drawn
+on a float canvas `aa` times finer than the image, brought to 8 bits by a min/max byte
+scaling, then shrunk to pixels with PIL's Lanczos filter (the grey fringe around every dash
+comes from this filter). Its mask is the same line grown by a disk of radius `margin * aa`
+before shrinking. Both live in a window of half size length + ceil(thickness) + margin around
+the paddle's first pixel; a window depends only on the direction, so each is drawn once per
+(direction, margin) and cached.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
 import numpy as np
-
-from lra.data.pathfinder_gen.params import NUM_ANGLES, SUBPIXEL, Params
-
-
-@dataclasses.dataclass(frozen=True)
-class Stamps:
-  """Per (sub-pixel row, sub-pixel col[, direction]) images in boxes centred on the pivot pixel.
-
-  Box (bar or disk) covers pixel rows iy - half .. iy + half of the pivot's pixel iy.
-  """
-  half: int                 # bar box half size
-  ink_flat: np.ndarray      # float32 [Q, Q, A, B*B]: 1 where the bar inks a pixel
-  reserved: np.ndarray      # int16 [Q, Q, A, B, B]: ink grown by the margin
-  value: np.ndarray         # float32 [Q, Q, A, B, B]: pixel values after contrast
-  step_q: np.ndarray        # int64 [A, 2]: pivot displacement in 1/Q pixels, (row, col)
-  weights: np.ndarray       # float64 [A, A]: continuity weight of direction b after a
-  disk_half: int
-  disk_ink: np.ndarray      # bool [Q, Q, D, D]: marker disk ink
-  disk_reserved: np.ndarray  # int16 [Q, Q, D, D]
-  disk_value: np.ndarray    # float32 [Q, Q, D, D]
-  pad: int                  # grid border so every box around a pivot stays inside the grid
+from PIL import Image, ImageDraw
 
 
-def _sample_coords(half: int, scale: int) -> np.ndarray:
-  """Sub-sample centres along one box axis, relative to the pivot pixel's corner."""
-  return (np.arange((2 * half + 1) * scale) + 0.5) / scale - half
+def bytescale(data: np.ndarray) -> np.ndarray:
+  """uint8 as the snakes code's image I/O made it: min..max stretched to 0..255, rounded."""
+  if data.dtype == np.uint8:
+    return data
+  low, high = data.min(), data.max()
+  span = high - low if high > low else 1
+  return (((data - low) * (255.0 / span)).clip(0, 255) + 0.5).astype(np.uint8)
 
 
-def _downsample(inside: np.ndarray, box: int, scale: int) -> np.ndarray:
-  """Coverage of each pixel: the mean of its scale x scale sub-samples."""
-  shape = inside.shape[:-2] + (box, scale, box, scale)
-  return inside.reshape(shape).mean(axis=(-3, -1), dtype=np.float32)
+def shrink(data: np.ndarray, size: int) -> np.ndarray:
+  """A square array resampled to size x size with PIL's Lanczos filter, as uint8."""
+  image = Image.fromarray(bytescale(data), mode="L")
+  return np.asarray(image.resize((size, size), resample=Image.Resampling.LANCZOS))
 
 
-def _grow_by_margin(ink: np.ndarray, margin: int) -> np.ndarray:
-  """Binary dilation of the last two axes by a disk of radius margin + 0.5 (no wrap)."""
-  m = margin
-  padded = np.pad(ink, [(0, 0)] * (ink.ndim - 2) + [(m, m), (m, m)])
-  out = np.zeros_like(ink)
-  h, w = ink.shape[-2:]
-  for dy in range(-m, m + 1):
-    for dx in range(-m, m + 1):
-      if dy * dy + dx * dx <= (m + 0.5) ** 2:
-        out |= padded[..., m + dy:m + dy + h, m + dx:m + dx + w]
+def translate(point: tuple[int, int], orientation: float, distance: float) -> tuple[int, int]:
+  """The pixel `distance` away along `orientation` (radians, row = sin), rounded up."""
+  return (int(math.ceil(point[0] + float(distance) * np.sin(orientation))),
+          int(math.ceil(point[1] + float(distance) * np.cos(orientation))))
+
+
+def flip(orientation: float) -> float:
+  return orientation + np.pi if orientation < 0 else orientation - np.pi
+
+
+@functools.lru_cache(maxsize=16)
+def disk(radius: int) -> np.ndarray:
+  """Offsets (dy, dx) with dy^2 + dx^2 <= radius^2: the morphological disk."""
+  d = np.arange(-radius, radius + 1)
+  dy, dx = np.meshgrid(d, d, indexing="ij")
+  keep = dy ** 2 + dx ** 2 <= radius ** 2
+  return np.stack([dy[keep], dx[keep]], axis=1)
+
+
+def grow(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+  """Max over data shifted by each offset (dst[p] = max src[p + o]); outside counts as 0."""
+  r = int(np.abs(offsets).max()) if len(offsets) else 0
+  padded = np.pad(data, r)
+  h, w = data.shape
+  out = np.zeros_like(data)
+  for dy, dx in offsets:
+    np.maximum(out, padded[r + dy:r + dy + h, r + dx:r + dx + w], out=out)
   return out
 
 
-@functools.lru_cache(maxsize=8)
-def make_stamps(params: Params) -> Stamps:
-  q, a_n, s = SUBPIXEL, NUM_ANGLES, params.antialias_scale
-  length, half_width = params.paddle_length, params.paddle_thickness / 2
-  # The box must hold the bar, its margin and the pivot's sub-pixel offset.
-  half = math.ceil(params.step + half_width + params.margin) + 2
-  box = 2 * half + 1
-  angles = 2 * np.pi * np.arange(a_n) / a_n
-  step_q = np.rint(q * params.step * np.stack([np.sin(angles), np.cos(angles)], -1))
-  step_q = step_q.astype(np.int64)
-  unit = step_q / np.linalg.norm(step_q, axis=1, keepdims=True)
-  coords = _sample_coords(half, s)
-  gain = params.snake_contrast * params.paddle_contrast
-  coverage = np.empty((q, q, a_n, box, box), np.float32)
-  for fy in range(q):
-    for fx in range(q):
-      pivot = (np.array([fy, fx]) + 0.5) / q
-      end = pivot + step_q / q                  # the bar ends on the new pivot
-      start = end - length * unit
-      dy = coords[None, :, None] - start[:, 0, None, None]
-      dx = coords[None, None, :] - start[:, 1, None, None]
-      along = dy * unit[:, 0, None, None] + dx * unit[:, 1, None, None]
-      across = dx * unit[:, 0, None, None] - dy * unit[:, 1, None, None]
-      eps = 1e-9  # the pivot itself is a sub-sample centre: keep it inked despite rounding
-      inside = (along >= -eps) & (along <= length + eps) & (np.abs(across) <= half_width + eps)
-      coverage[fy, fx] = _downsample(inside, box, s)
-  ink = coverage > 0
-  reserved = _grow_by_margin(ink, params.margin).astype(np.int16)
-  value = np.minimum(gain * coverage, 1.0).astype(np.float32)
+def half_size(length: int, thickness: float, margin: int) -> int:
+  """Half the side of a paddle's window."""
+  return length + int(math.ceil(thickness)) + margin
 
-  # Continuity: zero weight once the scaled turn reaches a right angle.
-  turn = (np.arange(a_n)[None, :] - np.arange(a_n)[:, None] + a_n // 2) % a_n - a_n // 2
-  scaled = np.abs(turn) * (2 * np.pi / a_n) * params.continuity
-  weights = np.where(scaled < np.pi / 2, np.cos(np.minimum(scaled, np.pi / 2)) ** 2, 0.0)
 
-  r = params.marker_radius
-  disk_half = math.ceil(r + params.margin) + 2
-  disk_box = 2 * disk_half + 1
-  dcoords = _sample_coords(disk_half, s)
-  centres = (np.arange(q) + 0.5) / q
-  dist2 = ((dcoords[None, None, :, None] - centres[:, None, None, None]) ** 2 +
-           (dcoords[None, None, None, :] - centres[None, :, None, None]) ** 2)
-  disk_cov = _downsample(dist2 <= r * r, disk_box, s)
-  disk_ink = disk_cov > 0
-  return Stamps(
-    half=half, ink_flat=ink.reshape(q, q, a_n, box * box).astype(np.float32),
-    reserved=reserved, value=value, step_q=step_q, weights=weights, disk_half=disk_half,
-    disk_ink=disk_ink, disk_reserved=_grow_by_margin(disk_ink, params.margin).astype(np.int16),
-    disk_value=np.minimum(disk_cov, 1.0), pad=max(half, disk_half) + 2)
+@functools.lru_cache(maxsize=8192)
+def paddle(orientation: float, length: int, thickness: float, margin: int,
+           aa: int) -> tuple[np.ndarray, np.ndarray]:
+  """(ink, mask) uint8 windows of a paddle starting at the window's centre pixel."""
+  half = half_size(length, thickness, margin)
+  centre, side = half * aa, 2 * half * aa + 1
+  head = translate((centre, centre), orientation, length * aa)
+  fine = Image.new("F", (side, side), "black")
+  ImageDraw.Draw(fine).line([(centre, centre), (head[1], head[0])], fill="white",
+                            width=int(round(thickness * aa)))
+  fine = np.asarray(fine)
+  grown = grow(fine, disk(margin * aa)).astype(np.uint8)
+  ink, mask = shrink(fine, 2 * half + 1), shrink(grown, 2 * half + 1)
+  ink.flags.writeable = mask.flags.writeable = False
+  return ink, mask
+
+
+def window(y: int, x: int, half: int, height: int, width: int
+           ) -> tuple[tuple[slice, slice], tuple[slice, slice]]:
+  """(canvas slices, window slices) of a (2 half + 1)^2 window centred on (y, x), clipped."""
+  side = 2 * half + 1
+  top, left = y - half, x - half
+  canvas = (slice(max(top, 0), min(y + half, height - 1) + 1),
+            slice(max(left, 0), min(x + half, width - 1) + 1))
+  inner = (slice(max(0, -top), side - max(0, y + half - (height - 1))),
+           slice(max(0, -left), side - max(0, x + half - (width - 1))))
+  return canvas, inner
+
+
+@functools.lru_cache(maxsize=8192)
+def seed_offsets(orientation: float, length: int, thickness: float, margin: int, aa: int,
+                 size: int) -> np.ndarray | None:
+  """Where a seed's room is checked: the fully covered pixels of its paddle's mask.
+
+  The mask is placed, as the snakes code places it, in a (2 (length + margin) + 1)^2 window
+  with the paddle starting one pixel below and right of the centre; offsets are from the
+  centre. A seed is free when the occupancy is low at the seed plus every offset.
+  None where the snakes code finds no free seed anywhere: its OpenCV dilation leaves a pixel
+  whose offsets all fall outside the image at -DBL_MAX, and any negative value there makes its
+  search report no free pixel (at 32 pixels this rules out most directions of a first paddle).
+  """
+  half = length + margin
+  side = 2 * half + 1
+  _, mask = paddle(orientation, length, thickness, margin, aa)
+  struct = np.zeros((side, side), np.uint8)
+  canvas, inner = window(half + 1, half + 1, half_size(length, thickness, margin), side, side)
+  struct[canvas] = mask[inner]
+  rows, cols = np.nonzero(struct == 255)
+  offsets = np.stack([rows - half, cols - half], axis=1)
+  if len(offsets) == 0 or not grow(np.ones((size, size), bool), offsets).all():
+    return None
+  return offsets
+
+
+@functools.lru_cache(maxsize=16)
+def circle_offsets(radius: int) -> tuple[np.ndarray, np.ndarray]:
+  """(dy, dx) of the candidate ends on a circle: one sample per pixel of arc."""
+  step = 360. / (2 * radius * np.pi)
+  angles = np.arange(0, 360, step) * np.pi / 180
+  return radius * np.sin(angles), radius * np.cos(angles)
+
+
+def marker(size: int, centre: tuple[int, int], radius: float, aa: int) -> np.ndarray:
+  """A disk marker on a size x size uint8 image, drawn aa times finer and resampled."""
+  y, x = np.ogrid[-centre[0] * aa:(size - centre[0]) * aa, -centre[1] * aa:(size - centre[1]) * aa]
+  fine = ((x ** 2 + y ** 2) <= (radius * aa) ** 2).astype(np.float64)
+  return shrink(fine, size)
