@@ -40,10 +40,12 @@ Geometry, as the original does it (pixels are whole (row, col); an orientation's
 Every image's randomness comes from np.random.default_rng([seed, k]) alone (the label is its
 first draw), so a release is the same for any number of worker processes.
 
-The parts: params (the LRA settings per level and size), stamps (paddles and markers drawn
-once), snakes (one image), release (the release layout, written in parallel), stats and
-compare (the statistics that tell two generators apart). Time it with
-`python -m lra.data.pathfinder_gen --bench SIZE LEVEL`.
+The parts: params (the LRA settings per level and size), stamps (paddles and markers drawn as
+the original draws them, once per direction), canvas (an image's occupancy, geometry caches),
+growth (seeds, one paddle more, target pairs), snakes (one image), release (the release
+layout, written in parallel), stats, classify and compare (the statistics and classifiers
+that tell two generators apart). `python -m lra.data.pathfinder_gen --bench SIZE LEVEL` times
+it; `--compare LEVEL_DIR` compares it with a folder of images.
 """
 
 from lra.data.pathfinder_gen.params import LEVELS, SIZES, Params, params_for

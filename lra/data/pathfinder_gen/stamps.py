@@ -35,8 +35,13 @@ def shrink(data: np.ndarray, size: int) -> np.ndarray:
 
 def translate(point: tuple[int, int], orientation: float, distance: float) -> tuple[int, int]:
   """The pixel `distance` away along `orientation` (radians, row = sin), rounded up."""
-  return (int(math.ceil(point[0] + float(distance) * np.sin(orientation))),
-          int(math.ceil(point[1] + float(distance) * np.cos(orientation))))
+  dy, dx = _step(orientation, distance)
+  return int(math.ceil(point[0] + dy)), int(math.ceil(point[1] + dx))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _step(orientation: float, distance: float) -> tuple[float, float]:
+  return float(distance) * float(np.sin(orientation)), float(distance) * float(np.cos(orientation))
 
 
 def flip(orientation: float) -> float:
@@ -117,7 +122,11 @@ def seed_offsets(orientation: float, length: int, thickness: float, margin: int,
   struct[canvas] = mask[inner]
   rows, cols = np.nonzero(struct == 255)
   offsets = np.stack([rows - half, cols - half], axis=1)
-  if len(offsets) == 0 or not grow(np.ones((size, size), bool), offsets).all():
+  # Whether every pixel reaches into the image only depends on its distances to the edges up
+  # to the offsets' reach, so a canvas 2 reach + 1 wide answers it for any larger image.
+  reach = int(np.abs(offsets).max()) if len(offsets) else 0
+  side = min(size, 2 * reach + 1)
+  if len(offsets) == 0 or not grow(np.ones((side, side), bool), offsets).all():
     return None
   return offsets
 
@@ -130,8 +139,21 @@ def circle_offsets(radius: int) -> tuple[np.ndarray, np.ndarray]:
   return radius * np.sin(angles), radius * np.cos(angles)
 
 
-def marker(size: int, centre: tuple[int, int], radius: float, aa: int) -> np.ndarray:
-  """A disk marker on a size x size uint8 image, drawn aa times finer and resampled."""
-  y, x = np.ogrid[-centre[0] * aa:(size - centre[0]) * aa, -centre[1] * aa:(size - centre[1]) * aa]
+def marker(size: int, centre: tuple[int, int], radius: float, aa: int
+           ) -> tuple[tuple[slice, slice], np.ndarray]:
+  """A disk marker as the snakes code draws it on the whole image (aa times finer, then
+  resampled): (its window in the image, the uint8 values there; zero elsewhere).
+
+  Only a window around the centre is drawn and resampled: Lanczos reaches 3 pixels at this
+  scale, so a window reaching 3 pixels past the last nonzero one (and clipped at the image's
+  edges, as the whole image is) gives the same pixels.
+  """
+  reach = int(math.ceil(radius)) + 1 + 3 + 3
+  top, left = max(centre[0] - reach, 0), max(centre[1] - reach, 0)
+  bottom, right = min(centre[0] + reach + 1, size), min(centre[1] + reach + 1, size)
+  y, x = np.ogrid[(top - centre[0]) * aa:(bottom - centre[0]) * aa,
+                  (left - centre[1]) * aa:(right - centre[1]) * aa]
   fine = ((x ** 2 + y ** 2) <= (radius * aa) ** 2).astype(np.float64)
-  return shrink(fine, size)
+  image = Image.fromarray(bytescale(fine), mode="L")
+  resized = image.resize((right - left, bottom - top), resample=Image.Resampling.LANCZOS)
+  return (slice(top, bottom), slice(left, right)), np.asarray(resized)
