@@ -5,6 +5,7 @@ import csv
 import importlib
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -167,6 +168,26 @@ def test_extra_model_without_paper_figures(tmp_path):
   assert [r["model"] for r in table["rows"]] == ["s4"]
   md = markdown.accuracy_markdown(table)
   assert "| s4 | 55.0 | - |" in md
+
+
+def test_chunked_transformer_gets_a_row_of_its_own(tmp_path):
+  """Runs of the Transformer's chunked implementation are a row beside the dense one (not a
+  second run of one cell, one of which would be dropped), and are not set beside the paper."""
+  _write_run(tmp_path, "dense", "transformer", "listops", 0.40, 0.41, full=True)
+  chunked = pathlib.Path(_write_run(tmp_path, "chunked", "transformer", "listops", 0.39, 0.40,
+                                    full=True)) / "results.json"
+  result = json.loads(chunked.read_text())
+  result["config"]["model"]["attention"]["implementation"] = "chunked"
+  chunked.write_text(json.dumps(result))
+  warnings: list[str] = []
+  found = results.collect_results([str(tmp_path)], warnings)
+  assert not warnings
+  assert sorted((r["model"], r["mixer"]) for r in found) == [
+      ("transformer", "transformer"), ("transformer_chunked", "transformer")]
+  table = accuracy.accuracy_table(found, include_paper_models=False)
+  row = _row(table, "transformer_chunked")["cells"]["listops"]
+  assert row["ours"] == pytest.approx(39.0) and row["paper"] is None
+  assert _row(table, "transformer")["cells"]["listops"]["diff"] is not None
 
 
 def _speed_row(model: str, length: int, status: str = "ok", steps: float | None = None,

@@ -56,9 +56,10 @@ def _config_differences(result: dict) -> list[str]:
   recorded = result.get("config")
   if not isinstance(recorded, dict):
     return ["no config recorded"]
-  refs = _references(result["task"], result["model"])
+  mixer = result.get("mixer", result["model"])
+  refs = _references(result["task"], mixer)
   if not refs:
-    return [f"this repository has no config of model {result['model']!r}"]
+    return [f"this repository has no config of model {mixer!r}"]
   ours = config_record.flat(recorded)
   best = None
   for option, ref in refs:

@@ -92,6 +92,17 @@ def _choose(old: dict, new: dict) -> tuple[dict, dict, str]:
                     + ("more examples" if size(old) > size(new) else "the first one found"))
 
 
+def run_label(result: dict) -> str:
+  """The table's name for a run: its mixer, or `transformer_chunked` for the Transformer's
+  exact O(N)-memory implementation (the name lra.leaderboard gives it), a row of its own."""
+  config = result.get("config")
+  attention = ((config.get("model") or {}).get("attention") or {}) if isinstance(config, dict) \
+      else {}
+  if isinstance(attention, dict) and attention.get("implementation") == "chunked":
+    return f"{result['model']}_chunked"
+  return result["model"]
+
+
 def collect_results(workdirs: list[str], warnings: list[str] | None = None) -> list[dict]:
   """Reads every results.json under the given run or parent directories.
 
@@ -114,7 +125,8 @@ def collect_results(workdirs: list[str], warnings: list[str] | None = None) -> l
       if why is not None:
         warnings.append(f"{file}: {why}; skipped")
         continue
-      result = {**result, "workdir": str(file.parent)}
+      result = {**result, "workdir": str(file.parent), "mixer": result["model"],
+                "model": run_label(result)}
       key = (result["model"], result["task"])
       old = kept.get(key)
       if old is None:

@@ -1,0 +1,244 @@
+"""The accelerator run's device parts, each run in its own process by accelerator_run.py:
+
+  python scripts/accel_device.py env OUT.json
+  python scripts/accel_device.py attention OUT.json [--dry_run]
+
+`env` describes the machine (device, JAX and its CUDA / cuDNN as JAX reports them, package
+versions); `attention` checks the Transformer's attention implementations (dense, chunked,
+cuDNN) against each other in bfloat16 with padding. Each writes one JSON file.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as a script: the repository's packages come from its root
+  sys.path.insert(0, ROOT)
+
+PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
+            "jax-cuda13-pjrt", "flax", "optax", "chex", "orbax-checkpoint", "numpy",
+            "ml_collections", "absl-py", "tensorboardX", "tqdm", "etils", "pillow",
+            "matplotlib", "tensorflow-datasets")
+
+# Tolerances of the attention check, on max|x - y| / max|y| over the compared entries
+# (bfloat16 keeps 8 significant bits: one rounding is up to 0.4%; the implementations round
+# the attention weights and accumulate in different orders). Gradients are looser: dq sums
+# differences of products and cancels.
+TOLERANCE = {"output": 2e-2, "grad": 5e-2}
+
+
+def _versions() -> dict:
+  found = {}
+  for name in PACKAGES:
+    try:
+      found[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      found[name] = None
+  return found
+
+
+def _cuda_versions() -> dict:
+  """CUDA and cuDNN versions as jaxlib (or its CUDA plugin) reports them; whatever exists."""
+  out = {}
+  try:
+    from jax._src.lib import cuda_versions  # None without a CUDA plugin
+  except Exception as e:  # private module: its name changes between JAX versions
+    return {"error": f"{type(e).__name__}: {e}"}
+  if cuda_versions is None:
+    return {"note": "jaxlib reports no CUDA (no CUDA plugin loaded)"}
+  for name in ("cuda_runtime_get_version", "cuda_runtime_build_version",
+               "cudnn_get_version", "cudnn_build_version", "cuda_driver_get_version",
+               "cublas_get_version", "cusparse_get_version", "cufft_get_version",
+               "cupti_get_version", "cusolver_get_version"):
+    func = getattr(cuda_versions, name, None)
+    if func is not None:
+      try:
+        out[name.replace("_get_version", "")] = func()
+      except Exception as e:  # a library that is not there
+        out[name.replace("_get_version", "")] = f"{type(e).__name__}: {e}"
+  return out
+
+
+def _nvidia_smi() -> str | None:
+  try:
+    proc = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                           "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+  except (OSError, subprocess.TimeoutExpired):
+    return None
+  return proc.stdout.strip() or None
+
+
+def describe() -> dict:
+  """The environment: device, platform, versions, host."""
+  import jax
+  devices = jax.devices()
+  device = devices[0]
+  env = {"device_kind": device.device_kind, "device_count": len(devices),
+         "platform": device.platform, "default_backend": jax.default_backend()}
+  for attr in ("compute_capability", "core_count", "num_cores"):
+    value = getattr(device, attr, None)
+    if value is not None:
+      env[attr] = value if isinstance(value, (int, float, str)) else str(value)
+  try:
+    env["platform_version"] = device.client.platform_version
+  except Exception as e:  # an attribute older or newer clients lack
+    env["platform_version"] = f"{type(e).__name__}: {e}"
+  try:
+    stats = device.memory_stats() or {}
+    env["memory_bytes_limit"] = stats.get("bytes_limit")
+  except Exception:  # CPU devices have no memory stats
+    env["memory_bytes_limit"] = None
+  env["cuda"] = _cuda_versions()
+  env["nvidia_smi"] = _nvidia_smi()
+  env["versions"] = _versions()
+  env["python"] = sys.version.split()[0]
+  env["hostname"] = socket.gethostname()
+  env["machine"] = platform.machine()
+  env["cpu_count"] = os.cpu_count()
+  env["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  try:
+    env["environment_info"] = jax.print_environment_info(return_string=True)
+  except Exception as e:  # an older JAX without return_string
+    env["environment_info"] = f"{type(e).__name__}: {e}"
+  return env
+
+
+# ----------------------------------------------------------------------- the attention check
+
+
+def _inputs(dry_run: bool):
+  """Queries, keys, values (bfloat16), a trailing-padding mask with different real lengths per
+  example, and a fixed output cotangent."""
+  import jax
+  import jax.numpy as jnp
+  batch, length, heads, head_dim = (3, 96, 2, 16) if dry_run else (4, 2048, 8, 64)
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  q, k, v, g = (jax.random.normal(key, (batch, length, heads, head_dim), jnp.float32)
+                for key in keys)
+  real_B = jnp.array([length, length * 3 // 4, length // 2 + 7, 33][:batch])
+  mask_BxL = jnp.arange(length)[None, :] < real_B[:, None]
+  shape = dict(batch=batch, length=length, heads=heads, head_dim=head_dim,
+               real_lengths=[int(x) for x in real_B])
+  return (q, k, v), mask_BxL, g, shape
+
+
+def _implementations(dry_run: bool) -> dict:
+  """name -> f(q, k, v, mask) -> BxLxHxK, the Transformer's implementations of attention."""
+  import jax.numpy as jnp
+  from models.chunked_attention import chunked_attention
+  from models.common import softmax_attention
+  from models.transformer import cudnn_attention
+  chunk = 32 if dry_run else 256  # several chunks, and a last chunk that is not full
+  chunked = lambda q, k, v, m: chunked_attention(q, k, v, m, query_chunk=chunk,
+                                                 key_chunk=chunk)
+  # The model's own function; its fallback (taken for a mask with holes) gives NaN here, so a
+  # pass proves the fused branch ran.
+  fused = lambda q, k, v, m: cudnn_attention(q, k, v, m,
+                                             fallback=lambda: jnp.full_like(q, jnp.nan))
+  return {"dense": softmax_attention, "chunked": chunked, "cudnn": fused}
+
+
+def _run(impl, inputs, mask, cotangent, dtype):
+  """Output and the gradients of <output, cotangent> (real queries only) wrt q, k, v."""
+  import jax
+  import jax.numpy as jnp
+  query_mask = mask[:, :, None, None]
+
+  def loss(q, k, v):
+    out = impl(q, k, v, mask)
+    return jnp.sum(jnp.where(query_mask, out.astype(jnp.float32) * cotangent, 0.0)), out
+
+  cast = [x.astype(dtype) for x in inputs]
+  fn = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))
+  compiled = fn.lower(*cast).compile()
+  (_, out), grads = compiled(*cast)
+  hlo = compiled.as_text() or ""
+  return {"output": out, "dq": grads[0], "dk": grads[1], "dv": grads[2]}, hlo
+
+
+def _compare(a: dict, b: dict, mask) -> dict:
+  """Max abs and normwise-relative errors of a against b: outputs and dq at real queries,
+  dk and dv everywhere (padded keys must get zero gradient in both)."""
+  import jax.numpy as jnp
+  result = {}
+  for name in ("output", "dq", "dk", "dv"):
+    x, y = a[name].astype(jnp.float32), b[name].astype(jnp.float32)
+    if name in ("output", "dq"):
+      keep = mask[:, :, None, None]
+      x, y = jnp.where(keep, x, 0.0), jnp.where(keep, y, 0.0)
+    abs_err = float(jnp.max(jnp.abs(x - y)))
+    scale = float(jnp.max(jnp.abs(y)))
+    tol = TOLERANCE["output" if name == "output" else "grad"]
+    rel = abs_err / scale if scale > 0 else abs_err
+    result[name] = {"max_abs": abs_err, "max_rel": rel, "ref_max_abs": scale, "tolerance": tol,
+                    "pass": bool(rel <= tol)}
+  return result
+
+
+def attention_check(dry_run: bool) -> dict:
+  """Every implementation in bfloat16 against dense bfloat16, and dense bfloat16 against a
+  float32 reference (dense attention in float32 at the highest matmul precision)."""
+  import jax
+  import jax.numpy as jnp
+  inputs, mask, cotangent, shape = _inputs(dry_run)
+  impls = _implementations(dry_run)
+  report = {"shape": shape, "dtype": "bfloat16", "backend": jax.default_backend(),
+            "device_kind": jax.devices()[0].device_kind, "tolerance": TOLERANCE,
+            "error_measure": "max|x - y| / max|y| over real queries (outputs, dq) and all "
+                             "keys (dk, dv)", "implementations": {}, "pairs": []}
+  with jax.default_matmul_precision("highest"):
+    results = {"reference_f32": _run(impls["dense"], inputs, mask, cotangent, jnp.float32)[0]}
+  for name, impl in impls.items():
+    if name == "cudnn" and jax.default_backend() != "gpu":
+      report["implementations"][name] = {"status": "skipped: cuDNN needs a GPU (backend "
+                                                   f"{jax.default_backend()!r})"}
+      continue
+    try:
+      results[name], hlo = _run(impl, inputs, mask, cotangent, jnp.bfloat16)
+    except Exception as e:  # reported as a failed implementation, never a crash of the check
+      report["implementations"][name] = {"status": f"error: {type(e).__name__}: {str(e)[:300]}"}
+      continue
+    info = {"status": "ok"}
+    if name == "cudnn":  # evidence that the fused kernel is in the program (informative: the
+      info["fused_kernel_in_hlo"] = "cudnn" in hlo.lower()  # fallback is compiled beside it)
+    report["implementations"][name] = info
+  pairs = [("dense", "reference_f32"), ("chunked", "dense"), ("cudnn", "dense"),
+           ("chunked", "reference_f32"), ("cudnn", "reference_f32")]
+  for a, b in pairs:
+    if a in results and b in results:
+      errors = _compare(results[a], results[b], mask)
+      report["pairs"].append({"pair": f"{a} vs {b}", "errors": errors,
+                              "pass": all(e["pass"] for e in errors.values())})
+    else:
+      missing = a if a not in results else b
+      report["pairs"].append({"pair": f"{a} vs {b}", "pass": None,
+                              "skipped": report["implementations"].get(missing, {}).get(
+                                  "status", "not run")})
+  ran = [p["pass"] for p in report["pairs"] if p["pass"] is not None]
+  failed = [n for n, i in report["implementations"].items() if i["status"].startswith("error")]
+  report["pass"] = bool(ran) and all(ran) and not failed  # an implementation that fails fails
+  return report
+
+
+def main(argv=None) -> None:
+  p = argparse.ArgumentParser(description=__doc__)
+  p.add_argument("part", choices=("env", "attention"))
+  p.add_argument("out", help="the JSON file to write")
+  p.add_argument("--dry_run", action="store_true", help="tiny sizes (CPU)")
+  args = p.parse_args(argv)
+  result = describe() if args.part == "env" else attention_check(args.dry_run)
+  with open(args.out, "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=1, default=str)
+  print(f"wrote {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,237 @@
+"""python -m lra.leaderboard: a grid of train.py runs, skip and resume, failures, the table,
+the printed commands and the SLURM script, one-line refusals."""
+import itertools
+import json
+import os
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lra import leaderboard
+from models import registry
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GRID = ["--models=transformer,linear_transformer", "--tasks=listops,pathfinder", "--preset=cpu"]
+RUNS = ["listops/transformer-cpu", "listops/linear_transformer-cpu",
+        "pathfinder/transformer-cpu", "pathfinder/linear_transformer-cpu"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+  """One compilation cache for this file's runs (the same cell compiles once)."""
+  return str(tmp_path_factory.mktemp("jax_cache"))
+
+
+def _tiny(data: str, cache: str, tasks=("listops", "pathfinder")) -> list[str]:
+  """--set items for runs of seconds: a tiny model, 2 steps, data generated into `data`."""
+  common = ["num_train_steps=2", "eval_every=2", "checkpoint_every=2", "log_every=1",
+            "batch_size=8", "eval_batch_size=8", "model.num_layers=1", "model.emb_dim=16",
+            "model.qkv_dim=16", "model.mlp_dim=16", "model.num_heads=2", "progress=False",
+            f"compilation_cache_dir={cache}"]
+  per_task = {
+      "listops": [f"data.data_dir={data}/listops", "data.max_len=32", "data.num_train=64",
+                  "data.num_val=16", "data.num_test=16", "data.max_length=30",
+                  "data.workers=1"],
+      "pathfinder": [f"data.data_dir={data}/pathfinder", "data.num_images=20",
+                     "data.workers=1", "data.level=easy"]}
+  items = common + [f"{task}:{item}" for task in tasks for item in per_task.get(task, [])]
+  return [arg for item in items for arg in ("--set", item)]
+
+
+# One CPU device, and XLA's cheapest compile (these runs are all compiling and no training).
+XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+
+
+def _leaderboard(*args, **kwargs):
+  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": XLA_FLAGS, "JAX_PLATFORMS": "cpu"}
+  command = [sys.executable, "-m", "lra.leaderboard", *args]
+  if kwargs.pop("popen", False):
+    return subprocess.Popen(command, cwd=ROOT, env=env, **kwargs)
+  return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=900, **kwargs)
+
+
+def _progress(stdout: str) -> list[str]:
+  return [l for l in stdout.splitlines() if l.startswith("[")]
+
+
+def _table_cells(root) -> dict:
+  """{(model, task): our accuracy} of the table the grid wrote in ROOT/table."""
+  assert (root / "table" / "accuracy.md").exists() and (root / "table" / "accuracy.csv").exists()
+  table = json.loads((root / "table" / "accuracy.json").read_text())
+  return {(row["model"], task): cell["ours"] for row in table["rows"]
+          for task, cell in row["cells"].items() if cell["ours"] is not None}
+
+
+def _four_cells(root) -> None:
+  cells = _table_cells(root)
+  assert set(cells) == {(m, t) for m in ("transformer", "linear_transformer")
+                        for t in ("listops", "pathfinder")}, cells
+
+
+def test_grid_runs_end_to_end_then_skips_finished_runs(tmp_path, cache):
+  root = tmp_path / "grid"
+  args = [*GRID, f"--root={root}", *_tiny(str(tmp_path / "data"), cache)]
+  first = _leaderboard(*args)
+  assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+  lines = _progress(first.stdout)
+  assert [l.split(":")[0] for l in lines] == [
+      f"[{i // 2 + 1}/4] {name}" for i, name in enumerate(r for r in RUNS for _ in (0, 1))]
+  assert lines[0].startswith("[1/4] listops/transformer-cpu: starting; 3 left after it, grid "
+                             "0:00:00"), lines
+  assert all(": done, test accuracy " in l and "; run 0:0" in l and ", grid 0:0" in l
+             for l in lines[1::2]), lines
+  assert "grid: 4 runs: 4 done, 0 skipped, 0 failed; " in first.stdout
+  for run in RUNS:
+    assert (root / run / "results.json").exists()
+  _four_cells(root)
+  assert f"wrote the accuracy table of {root}: {root}/table/accuracy." in first.stdout
+
+  again = _leaderboard(*args)  # everything finished: nothing trains
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert [l.split(": ")[1].split(" (")[0] for l in _progress(again.stdout)] == [
+      "skipped, finished before"] * 4
+  assert "grid: 4 runs: 0 done, 4 skipped, 0 failed; " in again.stdout
+  _four_cells(root)
+
+
+def _wait_until_gone(group: int, seconds: float = 10) -> None:
+  """Until the killed group's processes are reaped (a killed trainer's lock is free even while
+  it waits as a zombie, so the wait is bounded and not asserted)."""
+  deadline = time.time() + seconds
+  while time.time() < deadline:
+    try:
+      os.killpg(group, 0)
+    except ProcessLookupError:
+      return
+    time.sleep(0.05)
+
+
+@pytest.mark.slow  # five training runs
+def test_killed_grid_skips_finished_runs_and_resumes_the_killed_one(tmp_path, cache):
+  root = tmp_path / "grid"
+  # The 2nd run saves every step, so it is killed between two of its checkpoints.
+  args = [*GRID, f"--root={root}", *_tiny(str(tmp_path / "data"), cache),
+          "--set", "linear_transformer:num_train_steps=8",
+          "--set", "linear_transformer:checkpoint_every=1"]
+  proc = _leaderboard(*args, popen=True, start_new_session=True, stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL)
+  second = root / RUNS[1]
+  deadline = time.time() + 300
+  while not (second / "checkpoints" / "2").exists() and time.time() < deadline:
+    time.sleep(0.05)
+  os.killpg(proc.pid, signal.SIGKILL)  # the grid and its trainer, as a lost machine would
+  proc.wait()
+  _wait_until_gone(proc.pid)
+  assert (root / RUNS[0] / "results.json").exists()
+  assert not (second / "results.json").exists(), "the 2nd run ended before it was killed"
+
+  resumed = _leaderboard(*args)
+  assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+  lines = _progress(resumed.stdout)
+  assert lines[0].startswith("[1/4] listops/transformer-cpu: skipped, finished before"), lines
+  assert lines[1].startswith("[2/4] listops/linear_transformer-cpu: resuming;"), lines
+  assert "Resuming from the checkpoint at step " in resumed.stdout
+  assert "grid: 4 runs: 3 done, 1 skipped, 0 failed; " in resumed.stdout
+  assert json.loads((second / "results.json").read_text())["num_train_steps"] == 8
+  _four_cells(root)
+
+
+@pytest.mark.slow  # two training processes
+def test_a_failed_run_is_reported_and_the_grid_goes_on(tmp_path, cache):
+  root = tmp_path / "grid"
+  proc = _leaderboard("--models=transformer", "--tasks=image,listops", "--preset=cpu",
+                      f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)),
+                      "--set", f"image:data.data_dir={tmp_path / 'no_image_data'}")
+  assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+  failed, done = [l for l in _progress(proc.stdout) if ": starting;" not in l]
+  assert failed.startswith("[1/2] image/transformer-cpu: FAILED (exit 1: error: "), failed
+  assert "python -m lra.data image" in failed  # train.py's one line, with its fix
+  assert "1 left, going on" in failed
+  assert done.startswith("[2/2] listops/transformer-cpu: done, test accuracy "), done
+  assert "grid: 2 runs: 1 done, 0 skipped, 1 failed; " in proc.stdout
+  assert "  failed: image/transformer-cpu (exit 1: error: " in proc.stdout
+  assert set(_table_cells(root)) == {("transformer", "listops")}
+
+
+def test_print_commands_and_slurm_script(tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(ROOT)
+  models = registry.names() + ["transformer_chunked"]
+  args = ["--models=all,transformer_chunked", "--tasks=listops,pathfinder", "--preset=paper",
+          "--root=runs/grid", "--set", "num_train_steps=10", "--set", "listops:data.max_len=500",
+          "--set", "seed=1 2"]
+  leaderboard.main([*args, "--print_commands"])
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 2 * len(models)
+  for line, (task, model) in zip(lines, itertools.product(("listops", "pathfinder"), models)):
+    argv = shlex.split(line)
+    mixer = "transformer" if model == "transformer_chunked" else model
+    assert argv[:4] == ["python", "train.py", f"--config=configs/{task}.py:{mixer},paper",
+                        f"--workdir=runs/grid/{task}/{model}-paper"], argv
+    assert argv[4:] == (["--config.model.attention.implementation=chunked"] * (
+        model != mixer) + ["--config.num_train_steps=10"] + [
+            "--config.data.max_len=500"] * (task == "listops") + ["--config.seed=1 2"]), argv
+    assert os.path.exists(argv[1]) and os.path.exists(argv[2].split("=")[1].split(":")[0])
+
+  script = tmp_path / "grid.sbatch"
+  leaderboard.main([*args, f"--slurm={script}"])
+  assert f"wrote {script}: a SLURM array of {len(lines)} runs" in capsys.readouterr().out
+  text = script.read_text()
+  assert f"#SBATCH --array=0-{len(lines) - 1}\n" in text
+  # The script run as array tasks 0 and N-1, with a `python` that prints its arguments.
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  (bin_dir / "python").write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n")
+  (bin_dir / "python").chmod(stat.S_IRWXU)
+  for index in (0, len(lines) - 1):
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "SLURM_ARRAY_TASK_ID": str(index)}
+    ran = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                         cwd=tmp_path, check=True)
+    assert ran.stdout.splitlines() == shlex.split(lines[index])[1:]
+
+
+TINY = ["--models=transformer", "--tasks=listops", "--preset=cpu"]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--models=", "--tasks=listops", "--preset=cpu"], "--models=''"),
+    (["--models=transformer,no_such", "--tasks=listops", "--preset=cpu"], "'no_such'"),
+    (["--models=transformer", "--tasks=listops,", "--preset=cpu"], "--tasks="),
+    (["--models=transformer", "--tasks=lisops", "--preset=cpu"], "'lisops'"),
+    (["--models=transformer", "--tasks=listops"], "--preset=''"),
+    (["--models=transformer", "--tasks=listops", "--preset=gpu"], "cpu, paper, base"),
+    ([*TINY, "--set", "num_train_steps"], "not KEY=VALUE"),
+    ([*TINY, "--set", "no_such_key=1"], "has no key 'no_such_key'"),
+    ([*TINY, "--set", "config.num_train_steps=1"], "--set num_train_steps=1"),
+    ([*TINY, "--set", "image:num_train_steps=1"], "'image' is no task or model of this grid"),
+    (["--models=transformer,local", "--tasks=listops", "--preset=cpu", "--set",
+      "model.attention.block_size=4"], "TASK:KEY=VALUE or MODEL:KEY=VALUE"),
+])
+def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, args, words):
+  with pytest.raises(SystemExit) as exit_info:
+    leaderboard.main([*args, f"--root={tmp_path / 'grid'}"])
+  assert exit_info.value.code == 1
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 1 and err[0].startswith("error: ") and words in err[0], err
+  assert not (tmp_path / "grid").exists()
+
+
+def test_a_root_that_is_a_file_is_refused(tmp_path, capsys):
+  (tmp_path / "grid").write_text("")
+  with pytest.raises(SystemExit):
+    leaderboard.main([*TINY, f"--root={tmp_path / 'grid'}"])
+  assert "is a file" in capsys.readouterr().err
+
+
+def test_bad_input_from_the_command_line(tmp_path):
+  proc = _leaderboard("--models=transformer,performr", "--tasks=listops", "--preset=cpu",
+                      f"--root={tmp_path / 'grid'}")
+  assert proc.returncode == 1 and proc.stdout == ""
+  assert proc.stderr.splitlines() == [proc.stderr.strip()] and "'performr'" in proc.stderr
+  assert "performer" in proc.stderr  # the valid names are listed
