@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "accelerator_run.py")
 EXPECTED = ("env.json", "attention.json", "speed.md", "speed.json", "training.json",
@@ -22,6 +24,7 @@ def _run(*args, timeout=170):
                         timeout=timeout, cwd=ROOT, env=env)
 
 
+@pytest.mark.slow  # about a minute; CI runs it as its own step (.ci/run)
 def test_dry_run_writes_every_file(tmp_path):
   out = tmp_path / "out"
   start = time.time()

@@ -55,12 +55,6 @@ class Canvas:
     self.padded_mask, self.padded_grown = empty[0].copy(), empty[1].copy()
     self._views()
 
-  def adopt(self, padded_mask: np.ndarray, padded_grown: np.ndarray, paddles: list) -> None:
-    """Takes over occupancy arrays and placed paddles made elsewhere."""
-    self.padded_mask, self.padded_grown, self.paddles = padded_mask, padded_grown, paddles
-    self.empty = False
-    self._views()
-
   def _views(self) -> None:
     inner = slice(self.pad, self.pad + self.size)
     self.mask = self.padded_mask[inner, inner]

@@ -20,7 +20,7 @@ from lra.data.pathfinder_gen.params import Params
 class Snake:
   pivot: tuple[int, int]      # the point the next paddle is placed around
   orientation: float          # direction of the last step (radians)
-  last: tuple                 # (row, col, mask window) of the last paddle, not yet in `mask`
+  last: tuple                 # the last paddle's canvas record, not yet in the occupancy
   points: list                # the paddles' first pixels; [0] is the origin tip, [-1] the far tip
 
 
@@ -34,7 +34,7 @@ def _reverse(orientation: float) -> float:
 
 
 def seed(c: canvas.Canvas, rng: np.random.Generator, border: int
-          ) -> tuple[tuple[int, int], float, tuple[int, int]] | None:
+         ) -> tuple[tuple[int, int], float, tuple[int, int]] | None:
   """A first paddle's (start pixel, orientation, pivot) on a free pixel, or None."""
   p = c.p
   for _ in range(p.paddle_tries):
