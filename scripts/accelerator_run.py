@@ -42,7 +42,7 @@ from lra.errors import UserError, run_command  # noqa: E402
 PARTS = ("env", "attention", "training", "speed")
 FILES = ("env.json", "attention.json", "speed.md", "speed.json", "training.json",
          "summary.md", "log.txt")
-# Seconds per part: the plan for one H200 (estimates; /tmp/readme_accel.md gives the reasons)
+# Seconds per part: the plan for one H200 (estimates; docs/accelerator.md gives the reasons)
 # and for the dry run on a 2-core CPU. Training runs after env and attention until `speed`
 # seconds (plus `reserve`, for writing the files) are left; speed then gets the rest.
 PLAN = {
