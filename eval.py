@@ -72,12 +72,9 @@ def _accuracy(args) -> None:
   if not found:
     raise UserError(f"no finished run with a valid results.json under {', '.join(args.runs)}; "
                     f"nothing written (earlier tables in {args.out} are kept)")
-  table = accuracy.accuracy_table(found)
-  text = markdown.accuracy_markdown(table)
+  table, text, contents = accuracy.table_files(found)
   out = paths.resolve(args.out)  # a local folder or a URL such as gs://bucket/eval
-  _write_all(args.out, {out / "accuracy.md": text + "\n",
-                        out / "accuracy.csv": files.csv_text(accuracy.accuracy_rows(table)),
-                        out / "accuracy.json": files.json_text(table)})
+  _write_all(args.out, {out / name: content for name, content in contents.items()})
   print(text)
   if measured is not None:
     _bubble(charts, out / "bubble.png", table, found, measured, args.average)

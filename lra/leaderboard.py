@@ -289,7 +289,7 @@ def run_grid(runs: list[Run]) -> tuple[dict, Stop]:
 def write_table(root: str) -> None:
   """The accuracy table of every run under root, as `python eval.py accuracy ROOT
   --out=ROOT/table` writes it (lra.reporting)."""
-  from lra.reporting import accuracy, files, markdown, results
+  from lra.reporting import accuracy, results
   warnings: list[str] = []
   found = results.collect_results([root], warnings)
   for w in warnings:
@@ -297,12 +297,9 @@ def write_table(root: str) -> None:
   if not found:
     _say(f"no finished run under {root}: no table written")
     return
-  table = accuracy.accuracy_table(found)
-  text = markdown.accuracy_markdown(table)
+  _, text, contents = accuracy.table_files(found)
   out = paths.resolve(root) / "table"
-  for name, content in (("accuracy.md", text + "\n"),
-                        ("accuracy.csv", files.csv_text(accuracy.accuracy_rows(table))),
-                        ("accuracy.json", files.json_text(table))):
+  for name, content in contents.items():
     paths.write_text(out / name, content)
   _say(f"{text}\nwrote the accuracy table of {root}: {out}/accuracy.{{md,csv,json}}")
 

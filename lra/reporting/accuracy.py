@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from lra.reporting import comparable
+from lra.reporting import comparable, files, markdown
 from lra.reporting.numbers import pct
 from lra.reporting.results import CHOICE_RULE
 from lra.reporting.paper import (NUM_CLASSES, PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS,
@@ -168,3 +168,13 @@ def guessing_baseline(table: dict, average: str) -> tuple[float, str]:
   name = ("majority class" if recorded == len(tasks) else
           "chance" if recorded == 0 else "majority class or chance")
   return float(np.mean(rates)), name
+
+
+def table_files(results: list[dict]) -> tuple[dict, str, dict[str, str]]:
+  """The accuracy table of these runs, its markdown, and the files that hold it (name -> text):
+  accuracy.md, .csv and .json, as eval.py accuracy and lra.leaderboard write them."""
+  table = accuracy_table(results)
+  text = markdown.accuracy_markdown(table)
+  return table, text, {"accuracy.md": text + "\n",
+                       "accuracy.csv": files.csv_text(accuracy_rows(table)),
+                       "accuracy.json": files.json_text(table)}
