@@ -33,7 +33,6 @@ setup(
         "ml_collections>=1.1.0",
         "orbax-checkpoint>=0.12.8",
         "numpy>=2.4.6",
-        "tensorflow-datasets>=4.9.10",  # reads prepared TFDS data without TensorFlow
         "tensorboardX>=2.6.5",          # TensorBoard events without TensorFlow
         "tqdm>=4.70.1",
         "pillow>=13.0.0",               # Pathfinder PNGs
@@ -42,7 +41,11 @@ setup(
     extras_require={
         # setuptools: tests/test_packaging.py builds the wheel offline with this environment's
         # setuptools (bdist_wheel built in from 70.1; Python 3.12+ venvs ship none).
-        "test": ["pytest>=9.2.0", "pytest-xdist>=3.8.0", "setuptools>=84.2.1"],
+        "test": ["pytest>=9.2.0", "pytest-xdist>=3.8.0", "setuptools>=84.2.1",
+                 "tensorflow-datasets>=4.9.10"],
+        # Reading Text / Image from a prepared TFDS folder (without TensorFlow); nothing else
+        # imports it, so a plain install (or an offline GPU image) does without it.
+        "tfds": ["tensorflow-datasets>=4.9.10"],
         # Accelerators: jax's own extras with no exact version, because jax[cuda12] /
         # jax[cuda13] / jax[tpu] already require the plugin (or libtpu) built for the jax they
         # come with: beside a machine's JAX they resolve to that JAX's plugin, with

@@ -1,6 +1,7 @@
 """IMDb and CIFAR-10 readers and encodings, on tiny files written here (nothing downloaded)."""
 import io
 import os
+import sys
 import tarfile
 
 import numpy as np
@@ -320,3 +321,12 @@ def test_tfds_not_prepared_is_a_user_error(tmp_path):
   with pytest.raises(UserError, match="file_format='array_record'") as info:
     image.load_tfds_cifar10("train", str(tmp_path))
   assert str(tmp_path) in str(info.value) and "load_raw_cifar10" in str(info.value)
+
+
+def test_tfds_missing_package_is_a_user_error(tmp_path, monkeypatch):
+  """tensorflow-datasets is an extra: without it, reading a TFDS folder says how to install it
+  (the raw sources and every other task work without it)."""
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)
+  with pytest.raises(UserError, match=r"pip install -e '\.\[tfds\]'") as info:
+    image.load_tfds_cifar10("train", str(tmp_path))
+  assert "load_raw_cifar10" in str(info.value)

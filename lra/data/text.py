@@ -48,7 +48,13 @@ def _prepare_hint(name: str, data_dir: str | None, raw_hint: str) -> str:
 
 def open_tfds_source(name: str, split: str, data_dir: str | None, raw_hint: str) -> Sequence[Any]:
   """tfds.data_source without downloading; a missing dataset raises UserError."""
-  import tensorflow_datasets as tfds  # slow import, only needed for this source
+  try:
+    import tensorflow_datasets as tfds  # slow import, only needed for this source
+  except ModuleNotFoundError as e:
+    if e.name != "tensorflow_datasets":
+      raise
+    raise UserError("reading a TFDS folder needs tensorflow-datasets: pip install -e '.[tfds]' "
+                    f"-c constraints.txt (or {raw_hint})") from e
   try:
     return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
   except (NotImplementedError, KeyError, FileNotFoundError) as e:
