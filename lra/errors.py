@@ -33,6 +33,7 @@ ENVIRONMENT_ERRNOS = {
     errno.EACCES: "make it writable (and readable) for this user, or choose another folder",
     errno.EPERM: "make it writable (and readable) for this user, or choose another folder",
     errno.ENOTDIR: "a folder was expected: choose a path whose parents are folders",
+    errno.EISDIR: "a file was expected, not a folder: choose another path",
     errno.EIO: "the disk reported an input/output error: check it, or use another disk",
 }
 # Orbax writes through TensorStore, whose errors are ValueErrors that name the OS error code.
@@ -49,6 +50,8 @@ def environment_fault(error: BaseException) -> str | None:
     code, path = None, None
     if isinstance(error, OSError):
       code, path = error.errno, error.filename
+      if error.filename2:  # a rename: either end may be the problem
+        path = f"{error.filename} -> {error.filename2}"
     elif isinstance(error, ValueError) and _TENSORSTORE_CODE.search(str(error)):
       code = int(_TENSORSTORE_CODE.search(str(error)).group(1))
       found = _TENSORSTORE_PATH.findall(str(error))

@@ -35,9 +35,10 @@ def write_bytes(path, data: bytes) -> None:
   if is_remote(path):
     path.write_bytes(data)
     return
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_bytes(data)
-  os.replace(tmp, path)
+  # A unique temporary name, removed if the write fails (publish.atomic_write).
+  from lra.data import publish
+  with publish.atomic_write(path, "wb") as f:
+    f.write(data)
 
 
 def write_text(path, text: str) -> None:

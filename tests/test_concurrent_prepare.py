@@ -171,3 +171,13 @@ def test_atomic_write_failure_leaves_the_old_file(tmp_path):
       f.write("half")
       raise KeyError("stop")
   assert path.read_text() == "old" and os.listdir(tmp_path) == ["a.txt"]
+
+
+def test_data_dir_that_is_a_file_is_a_user_error(tmp_path):
+  """A data_dir naming an existing file: one line saying so, and the file is left as it was."""
+  from lra.errors import UserError
+  path = tmp_path / "notes.txt"
+  path.write_text("keep")
+  with pytest.raises(UserError, match="is a file, not a folder; choose another data_dir"):
+    tasks.load(_listops_config(str(path)))
+  assert path.read_text() == "keep"

@@ -202,6 +202,9 @@ def test_environment_faults_are_told_from_bugs():
   wrapped = RuntimeError("save failed")
   wrapped.__cause__ = OSError(errno.EROFS, "Read-only file system")
   assert errors.environment_fault(wrapped).startswith("Read-only file system; choose a folder")
+  renamed = OSError(errno.EISDIR, "Is a directory", "/o/a.md.tmp", None, "/o/a.md")
+  assert errors.environment_fault(renamed) == ("/o/a.md.tmp -> /o/a.md: Is a directory; a file "
+                                               "was expected, not a folder: choose another path")
   for bug in (ValueError("shapes (3,) and (4,) differ"), OSError(errno.ENOENT, "gone", "/x"),
               KeyError("step")):
     assert errors.environment_fault(bug) is None

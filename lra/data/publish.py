@@ -27,6 +27,8 @@ import os
 import secrets
 from typing import Callable, Iterator
 
+from lra.errors import UserError
+
 LOCK_NAME = ".lra-data.lock"
 TEMP_PREFIX = ".tmp-"  # hidden names of files being written (temp_path)
 
@@ -37,6 +39,9 @@ _held: set[str] = set()  # lock files this process holds (flock would deadlock o
 def locked(folder: str | os.PathLike) -> Iterator[None]:
   """Holds the folder's writer lock (blocking until it is free); re-entrant in one process."""
   folder = os.fspath(folder)
+  if os.path.exists(folder) and not os.path.isdir(folder):
+    raise UserError(f"the data folder {folder} is a file, not a folder; choose another data_dir "
+                    "(--config.data.data_dir or --data_dir: a new or existing folder)")
   os.makedirs(folder, exist_ok=True)
   lock_path = os.path.realpath(os.path.join(folder, LOCK_NAME))
   if lock_path in _held:
