@@ -3,6 +3,7 @@ import io
 import os
 import sys
 import tarfile
+import tempfile
 
 import numpy as np
 import pytest
@@ -11,6 +12,13 @@ from lra.data import image, text
 from lra.errors import UserError
 
 tfds = pytest.importorskip("tensorflow_datasets")
+
+
+@pytest.fixture(autouse=True)
+def _tfds_temp_dirs_in_tmp_path(tmp_path, monkeypatch):
+  """TFDS makes an empty temporary folder each time it reads dataset info; keep them out of
+  /tmp."""
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 # ---------------------------------------------------------------- bytes encoding
