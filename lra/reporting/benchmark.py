@@ -33,13 +33,13 @@ def matmul_peak_flops(dtype: str = "float32", seconds: float = 1.0) -> float:
   best = 0.0
   # A GPU or TPU nears its peak only on matrices thousands wide (2048^2 understates it); on CPU
   # 2048^2 is already near the peak and 8192^2 would take seconds per product on a few cores.
-  large = () if jax.default_backend() == "cpu" else (4096, 8192)
-  for n in (512, 1024, 2048) + large:
+  sizes = (512, 1024, 2048) + (() if jax.default_backend() == "cpu" else (4096, 8192))
+  for n in sizes:
     a = jnp.ones((n, n), dtype)
     f = jax.jit(lambda x, y: x @ y)
     f(a, a).block_until_ready()
     count, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds / (3 + len(large)):
+    while time.perf_counter() - start < seconds / len(sizes):
       f(a, a).block_until_ready()
       count += 1
     best = max(best, 2 * n ** 3 * count / (time.perf_counter() - start))
