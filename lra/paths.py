@@ -3,15 +3,21 @@
 Paths go through etils.epath, the library Orbax itself uses, so checkpoints, metrics, configs,
 results and reports reach the same storage. Local paths are made absolute (Orbax needs that).
 Only memory-mapped data needs a local disk (lra.data.tasks refuses a remote data_dir).
+Local files are written atomically (atomic_write: a unique hidden name beside the final one,
+then a rename), so readers and concurrent writers never see a half-written file.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
 import tempfile
 from typing import Iterator
 
 from etils import epath
+
+TEMP_PREFIX = ".tmp-"  # hidden names of local files being written (temp_path)
 
 
 def is_remote(path) -> bool:
@@ -35,10 +41,40 @@ def write_bytes(path, data: bytes) -> None:
   if is_remote(path):
     path.write_bytes(data)
     return
-  # A unique temporary name, removed if the write fails (publish.atomic_write).
-  from lra.data import publish
-  with publish.atomic_write(path, "wb") as f:
+  with atomic_write(path, "wb") as f:
     f.write(data)
+
+
+def temp_path(final: str | os.PathLike) -> str:
+  """Creates an empty, uniquely named hidden file beside `final` and returns its path.
+
+  O_EXCL with mode 0666 (not tempfile.mkstemp's 0600): the umask decides who may read it.
+  """
+  final = os.fspath(final)
+  folder, name = os.path.split(os.path.abspath(final))
+  while True:
+    tmp = os.path.join(folder, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}-{name}")
+    try:
+      os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except FileExistsError:  # a name another writer drew: draw again
+      continue
+    return tmp
+
+
+@contextlib.contextmanager
+def atomic_write(final: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
+  """Yields a file open on a temporary path; renames it to `final` once the block succeeds.
+
+  If the block raises, the temporary file is removed and `final` is left as it was."""
+  final = os.fspath(final)
+  tmp = temp_path(final)
+  try:
+    with open(tmp, mode, **open_kwargs) as f:
+      yield f
+    os.replace(tmp, final)
+  finally:
+    if os.path.exists(tmp):  # only after a failure: a published file has left this name
+      os.unlink(tmp)
 
 
 def write_text(path, text: str) -> None:

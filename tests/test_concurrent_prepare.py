@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 
+from lra import paths
 from lra.data import listops, pathfinder, publish, record, retrieval, store, tasks
 
 NUM_PROCS = 3
@@ -167,7 +168,7 @@ def test_atomic_write_failure_leaves_the_old_file(tmp_path):
   path = tmp_path / "a.txt"
   path.write_text("old")
   with pytest.raises(KeyError):
-    with publish.atomic_write(path) as f:
+    with paths.atomic_write(path) as f:
       f.write("half")
       raise KeyError("stop")
   assert path.read_text() == "old" and os.listdir(tmp_path) == ["a.txt"]

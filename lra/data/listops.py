@@ -18,6 +18,7 @@ from typing import Iterable, Union
 import numpy as np
 from tqdm import tqdm
 
+from lra import paths
 from lra.data import publish, record
 from lra.data.tasks import SPLITS, Task
 from lra.data.text import decode_utf8
@@ -215,7 +216,7 @@ def generate(num_examples: int, *, min_length: int, max_length: int,
 
 def write_tsv(path: str | os.PathLike, examples: Iterable[tuple[str, int]]) -> None:
   """Writes a release-format TSV atomically (a unique temporary file beside it, then a rename)."""
-  with publish.atomic_write(path, "w", encoding="utf-8", newline="\n") as f:
+  with paths.atomic_write(path, "w", encoding="utf-8", newline="\n") as f:
     f.write(HEADER + "\n")
     for source, label in examples:
       f.write(f"{source}\t{label}\n")

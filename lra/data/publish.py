@@ -4,9 +4,9 @@ two runs started at once): one writer at a time, unique temporary files, atomic 
 - `prepare_once(folder, is_complete, make)`: the first process to find the data missing takes
   an exclusive lock on `folder/.lra-data.lock` and makes it; the others block on the lock, then
   find the data complete and use it without making it again.
-- `temp_path` / `atomic_write`: a file is written under a unique hidden name beside its final
-  path, then renamed over it (os.replace), so a reader sees the old file or the complete new
-  one, never a half-written one, and concurrent writers never touch each other's files.
+- Files are written with lra.paths.atomic_write / temp_path: a unique hidden name beside the
+  final path, then renamed over it (os.replace), so a reader sees the old file or the complete
+  new one, never a half-written one, and concurrent writers never touch each other's files.
 - Files are created with mode 0666 less the umask (0644 under the usual 022), folders 0777 less
   the umask (0755), so other users of a shared machine can read prepared data
   (tempfile.mkstemp would make them 0600).
@@ -24,13 +24,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 from typing import Callable, Iterator
 
 from lra.errors import UserError
 
 LOCK_NAME = ".lra-data.lock"
-TEMP_PREFIX = ".tmp-"  # hidden names of files being written (temp_path)
 
 _held: set[str] = set()  # lock files this process holds (flock would deadlock on a re-take)
 
@@ -76,35 +74,3 @@ def prepare_once(folder: str | os.PathLike, is_complete: Callable[[], bool],
       return False
     make()
     return True
-
-
-def temp_path(final: str | os.PathLike) -> str:
-  """Creates an empty, uniquely named hidden file beside `final` and returns its path.
-
-  O_EXCL with mode 0666 (not tempfile.mkstemp's 0600): the umask decides who may read it.
-  """
-  final = os.fspath(final)
-  folder, name = os.path.split(os.path.abspath(final))
-  while True:
-    tmp = os.path.join(folder, f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}-{name}")
-    try:
-      os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    except FileExistsError:  # a name another writer drew: draw again
-      continue
-    return tmp
-
-
-@contextlib.contextmanager
-def atomic_write(final: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
-  """Yields a file open on a temporary path; renames it to `final` once the block succeeds.
-
-  If the block raises, the temporary file is removed and `final` is left as it was."""
-  final = os.fspath(final)
-  tmp = temp_path(final)
-  try:
-    with open(tmp, mode, **open_kwargs) as f:
-      yield f
-    os.replace(tmp, final)
-  finally:
-    if os.path.exists(tmp):  # only after a failure: a published file has left this name
-      os.unlink(tmp)

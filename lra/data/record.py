@@ -22,6 +22,7 @@ import json
 import os
 from typing import Iterable, Iterator
 
+from lra import paths
 from lra.data import publish, store
 from lra.errors import UserError
 
@@ -53,7 +54,7 @@ def read(folder: str | os.PathLike) -> dict | None:
 
 
 def _write(folder: str, made: dict) -> None:
-  with publish.atomic_write(os.path.join(folder, NAME), "w", encoding="utf-8") as f:
+  with paths.atomic_write(os.path.join(folder, NAME), "w", encoding="utf-8") as f:
     json.dump(made, f, indent=1, sort_keys=True)
     f.write("\n")
 
@@ -63,7 +64,7 @@ def _present(folder: str) -> list[str]:
   found = []
   for root, _, names in os.walk(folder):
     for name in names:
-      if name not in (NAME, publish.LOCK_NAME) and not name.startswith(publish.TEMP_PREFIX):
+      if name not in (NAME, publish.LOCK_NAME) and not name.startswith(paths.TEMP_PREFIX):
         found.append(os.path.relpath(os.path.join(root, name), folder))
   return sorted(found)
 

@@ -10,7 +10,7 @@ from typing import Iterable
 
 import numpy as np
 
-from lra.data import publish
+from lra import paths
 from lra.errors import UserError
 
 
@@ -26,7 +26,7 @@ def exists(data_dir: str, splits: Iterable[str]) -> bool:
 class SplitWriter:
   """Fills `num` rows of each field in place (memory-mapped), then publishes the files.
 
-  Each field is written under a unique temporary name (lra.data.publish), so several processes
+  Each field is written under a unique temporary name (lra.paths.temp_path), so several processes
   writing one folder at once never touch each other's files; close() renames them into place,
   labels last.
   """
@@ -34,7 +34,7 @@ class SplitWriter:
   def __init__(self, data_dir: str, split: str, num: int, fields: dict[str, tuple]):
     os.makedirs(data_dir, exist_ok=True)
     self._final = {f: path(data_dir, split, f) for f in fields}
-    self._tmp = {f: publish.temp_path(p) for f, p in self._final.items()}
+    self._tmp = {f: paths.temp_path(p) for f, p in self._final.items()}
     self.arrays = {f: np.lib.format.open_memmap(self._tmp[f], mode="w+", dtype=dtype,
                                                 shape=(num, *tail))
                    for f, (tail, dtype) in fields.items()}

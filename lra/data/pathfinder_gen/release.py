@@ -10,7 +10,8 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from lra.data import publish, record
+from lra import paths
+from lra.data import record
 from lra.data.pathfinder import IMAGES_TASK
 from lra.data.pathfinder_gen.params import Params, params_for
 from lra.data.pathfinder_gen.snakes import sample
@@ -28,12 +29,12 @@ def _metadata_line(params: Params, folder: int, i: int, label: int, geometry: di
 
 def _write_png(path: str, image: np.ndarray) -> None:
   """Writes through a unique temporary file beside it, so a PNG is never half written."""
-  with publish.atomic_write(path, "wb") as f:
+  with paths.atomic_write(path, "wb") as f:
     Image.fromarray(image, mode="L").save(f, format="PNG")
 
 
 def _write_text(path: str, lines: list[str]) -> None:
-  with publish.atomic_write(path, "w", encoding="utf-8", newline="\n") as f:
+  with paths.atomic_write(path, "w", encoding="utf-8", newline="\n") as f:
     f.write("".join(line + "\n" for line in lines))
 
 
