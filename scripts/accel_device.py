@@ -18,6 +18,7 @@ import platform
 import socket
 import subprocess
 import sys
+import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run as a script: the repository's packages come from its root
@@ -79,7 +80,15 @@ def _nvidia_smi() -> str | None:
 def describe() -> dict:
   """The environment: device, platform, versions, host."""
   import jax
-  devices = jax.devices()
+  try:
+    devices = jax.devices()
+  except Exception:  # noqa: BLE001  (the traceback is printed; the last line says what it means)
+    traceback.print_exc()
+    plugins = [f"{k} {v}" for k, v in _versions().items() if k.startswith("jax-") and v]
+    print(f"JAX could not start the platform {os.environ.get('JAX_PLATFORMS')!r} "
+          f"(JAX_PLATFORMS); JAX plugins installed: {', '.join(plugins) or 'none'}",
+          file=sys.stderr)
+    sys.exit(1)
   device = devices[0]
   env = {"device_kind": device.device_kind, "device_count": len(devices),
          "platform": device.platform, "default_backend": jax.default_backend()}
@@ -114,13 +123,18 @@ def describe() -> dict:
 # ----------------------------------------------------------------------- the attention check
 
 
-def _inputs(dry_run: bool):
+# The lengths of the kernel check: a multiple of cuDNN's tiles, and ListOps' 2,000 tokens plus
+# CLS, which is not (the kernel pads it inside); the dry run's stand-ins.
+LENGTHS = {"real": (2048, 2001), "dry": (96, 77)}
+
+
+def _inputs(dry_run: bool, length: int):
   """Queries, keys, values (bfloat16), a trailing-padding mask with different real lengths per
   example, and a fixed output cotangent."""
   import jax
   import jax.numpy as jnp
-  batch, length, heads, head_dim = (3, 96, 2, 16) if dry_run else (4, 2048, 8, 64)
-  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  batch, heads, head_dim = (3, 2, 16) if dry_run else (4, 8, 64)
+  keys = jax.random.split(jax.random.PRNGKey(length), 4)
   q, k, v, g = (jax.random.normal(key, (batch, length, heads, head_dim), jnp.float32)
                 for key in keys)
   real_B = jnp.array([length, length * 3 // 4, length // 2 + 7, 33][:batch])
@@ -184,16 +198,28 @@ def _compare(a: dict, b: dict, mask) -> dict:
 
 
 def attention_check(dry_run: bool) -> dict:
+  """The kernels at each of LENGTHS (attention_case), then the model through the trainer
+  (model_check)."""
+  import jax
+  report = {"dtype": "bfloat16", "backend": jax.default_backend(),
+            "device_kind": jax.devices()[0].device_kind, "tolerance": TOLERANCE,
+            "error_measure": "max|x - y| / max|y| over real queries (outputs, dq) and all "
+                             "keys (dk, dv)",
+            "cases": [attention_case(dry_run, n) for n in LENGTHS["dry" if dry_run else "real"]],
+            "model_check": model_check(dry_run)}
+  report["pass"] = (all(c["pass"] for c in report["cases"])
+                    and report["model_check"]["pass"] is not False)
+  return report
+
+
+def attention_case(dry_run: bool, length: int) -> dict:
   """Every implementation in bfloat16 against dense bfloat16, and dense bfloat16 against a
   float32 reference (dense attention in float32 at the highest matmul precision)."""
   import jax
   import jax.numpy as jnp
-  inputs, mask, cotangent, shape = _inputs(dry_run)
+  inputs, mask, cotangent, shape = _inputs(dry_run, length)
   impls = _implementations(dry_run)
-  report = {"shape": shape, "dtype": "bfloat16", "backend": jax.default_backend(),
-            "device_kind": jax.devices()[0].device_kind, "tolerance": TOLERANCE,
-            "error_measure": "max|x - y| / max|y| over real queries (outputs, dq) and all "
-                             "keys (dk, dv)", "implementations": {}, "pairs": []}
+  report = {"shape": shape, "implementations": {}, "pairs": []}
   with jax.default_matmul_precision("highest"):
     results = {"reference_f32": _run(impls["dense"], inputs, mask, cotangent, jnp.float32)[0]}
   for name, impl in impls.items():
@@ -225,6 +251,113 @@ def attention_check(dry_run: bool) -> dict:
   ran = [p["pass"] for p in report["pairs"] if p["pass"] is not None]
   failed = [n for n, i in report["implementations"].items() if i["status"].startswith("error")]
   report["pass"] = bool(ran) and all(ran) and not failed  # an implementation that fails fails
+  return report
+
+
+# The model check's tolerances. Losses: relative to dense bfloat16. Gradients: bfloat16 alone
+# puts the whole gradient ~10% (normwise, ||g - g_ref|| / ||g_ref||) from float32's at
+# initialisation (seen on a CPU: dense 10.8%, chunked 6.7%), so the fused gradient is held
+# against a float32 reference: at most `grad_factor` times dense bfloat16's error, or `grad`.
+MODEL_TOLERANCE = {"loss": 1e-2, "grad": 5e-2, "grad_factor": 1.5}
+
+
+def _relative(x, y) -> float:
+  import numpy as np
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  scale = float(np.linalg.norm(y))
+  return float(np.linalg.norm(x - y)) / scale if scale > 0 else float(np.linalg.norm(x))
+
+
+def _model_run(config, task, implementation: str, steps: int) -> dict:
+  """The trainer's loss and gradients at the initial parameters, then `steps` steps of the
+  trainer's own sharded, jitted, donating train step; the losses it reports."""
+  import jax
+  from lra.training import trainer
+  config.model.attention.implementation = implementation
+  model = trainer.build_model(config, task)
+  mesh = trainer.make_mesh()
+  train_step, _, sharding = trainer.make_steps(model, False, mesh)
+  state = trainer.create_state(model, task, config, mesh)  # the same seed: the same parameters
+  batch = trainer.to_global(dict(task.splits["train"]), sharding)
+  key = jax.random.PRNGKey(1)
+
+  def loss_and_grads(params, batch):
+    return jax.value_and_grad(lambda p: trainer.train_loss(
+        model, False, p, batch_stats=state.batch_stats, batch=batch, rng=key)[0])(params)
+
+  loss, grads = jax.jit(loss_and_grads)(state.params, batch)
+  flat_grads = jax.device_get(jax.flatten_util.ravel_pytree(grads)[0])
+  compiled = train_step.lower(state, batch, key).compile()
+  losses = []
+  for _ in range(steps):
+    state, metrics = compiled(state, batch, key)
+    losses.append(float(metrics["loss_sum"]) / float(metrics["count"]))
+  return {"loss": float(loss), "grads": flat_grads, "step_losses": losses,
+          "hlo": compiled.as_text() or ""}
+
+
+def _float32(config):
+  config = config.copy_and_resolve_references()
+  config.model.dtype = "float32"
+  return config
+
+
+def model_check(dry_run: bool, steps: int = 3) -> dict:
+  """The ListOps Transformer (the base config; the dry run: its CPU size) at 2,000 tokens plus
+  CLS (2,001: no multiple of cuDNN's tiles), trailing padding of different lengths, bfloat16,
+  dropout off: the fused implementation (cuDNN; on a CPU, which has none, the exact chunked
+  one) against dense, through the trainer's own loss and train step, from the same parameters
+  on the same batch."""
+  import jax
+  import numpy as np
+  import jax.flatten_util  # noqa: F401  (jax.flatten_util.ravel_pytree)
+  from configs import listops as listops_config
+  from lra.data import listops, tasks
+  fused = "cudnn" if jax.default_backend() == "gpu" else "chunked"
+  length, batch = (76, 4) if dry_run else (2000, 8)
+  config = listops_config.get_config("transformer,cpu" if dry_run else "transformer")
+  config.data.max_len = length
+  config.batch_size = config.eval_batch_size = batch
+  config.model.dtype = "bfloat16"
+  config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
+  rng = np.random.default_rng(0)
+  real = [length, length * 3 // 4, length // 2 + 7, 33] * (batch // 4)
+  inputs = rng.integers(1, listops.VOCAB_SIZE, size=(batch, length)).astype(np.int32)
+  inputs[np.arange(length)[None, :] >= np.asarray(real)[:, None]] = 0  # trailing padding
+  split = {"inputs": inputs, "labels": rng.integers(0, listops.NUM_CLASSES, batch)}
+  task = tasks.Task("listops", listops.NUM_CLASSES, listops.VOCAB_SIZE, length, False,
+                    {s: split for s in tasks.SPLITS})
+  report = {"implementation": fused, "against": "dense", "tokens": length + 1, "batch": batch,
+            "real_lengths": real, "dtype": "bfloat16", "steps": steps,
+            "sizes": {k: config.model[k] for k in ("num_layers", "emb_dim", "qkv_dim",
+                                                   "mlp_dim", "num_heads")},
+            "tolerance": MODEL_TOLERANCE}
+  try:
+    dense = _model_run(config, task, "dense", steps)
+    other = _model_run(config, task, fused, steps)
+    with jax.default_matmul_precision("highest"):
+      reference = _model_run(_float32(config), task, "dense", 0)
+  except Exception as e:  # a failed check, not a lost run; its traceback goes to the tails
+    traceback.print_exc()
+    report.update({"status": f"error: {type(e).__name__}: {str(e)[:300]}", "pass": False})
+    return report
+  errors = {"loss": abs(other["loss"] - dense["loss"]) / abs(dense["loss"]),
+            "step_losses": max(abs(a - b) / abs(b) for a, b in zip(other["step_losses"],
+                                                                  dense["step_losses"])),
+            "grad_vs_dense": _relative(other["grads"], dense["grads"]),
+            "grad_dense_vs_float32": _relative(dense["grads"], reference["grads"]),
+            "grad_vs_float32": _relative(other["grads"], reference["grads"])}
+  report.update(status="ok", loss={"dense": dense["loss"], fused: other["loss"],
+                                   "float32": reference["loss"]},
+                step_losses={"dense": dense["step_losses"], fused: other["step_losses"]},
+                errors=errors)
+  grad_bound = max(MODEL_TOLERANCE["grad_factor"] * errors["grad_dense_vs_float32"],
+                   MODEL_TOLERANCE["grad"])
+  report["pass"] = bool(errors["loss"] <= MODEL_TOLERANCE["loss"]
+                        and errors["step_losses"] <= MODEL_TOLERANCE["loss"]
+                        and errors["grad_vs_float32"] <= grad_bound)
+  if fused == "cudnn":  # the fused kernel is in the trainer's compiled step
+    report["fused_kernel_in_hlo"] = "cudnn" in other["hlo"].lower()
   return report
 
 

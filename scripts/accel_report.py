@@ -30,51 +30,102 @@ def _env_lines(env: dict | None) -> list[str]:
   return lines
 
 
-def _attention_lines(att: dict | None) -> list[str]:
-  if not att or "pairs" not in att:
-    why = (att or {}).get("error", "did not run")
-    return [f"The attention check did not finish: {why} (see log.txt). **Not checked.**"]
-  s = att["shape"]
-  lines = [f"bfloat16 on {att['device_kind']} ({att['backend']}); batch {s['batch']}, "
-           f"{s['length']} tokens, {s['heads']} heads of {s['head_dim']}, real lengths "
-           f"{s['real_lengths']} (trailing padding). Error = {att['error_measure']}; "
-           f"tolerance {att['tolerance']['output']} (outputs), {att['tolerance']['grad']} "
-           f"(gradients).", "",
+def _case_lines(case: dict) -> list[str]:
+  s = case["shape"]
+  lines = [f"Batch {s['batch']}, **{s['length']} tokens**, {s['heads']} heads of "
+           f"{s['head_dim']}, real lengths {s['real_lengths']} (trailing padding).", "",
            "| pair | output | dq | dk | dv | pass |", "|---|---|---|---|---|---|"]
-  for p in att["pairs"]:
+  for p in case["pairs"]:
     if p["pass"] is None:
       lines.append(f"| {p['pair']} | {p['skipped']} | | | | skipped |")
       continue
     e = p["errors"]
     cells = " | ".join(f"{e[k]['max_rel']:.2e}" for k in ("output", "dq", "dk", "dv"))
     lines.append(f"| {p['pair']} | {cells} | {'yes' if p['pass'] else '**NO**'} |")
-  cudnn = att["implementations"].get("cudnn", {})
+  cudnn = case["implementations"].get("cudnn", {})
   if "fused_kernel_in_hlo" in cudnn:
     lines += ["", f"cuDNN's fused kernel in the compiled program: {cudnn['fused_kernel_in_hlo']}"]
-  return lines + ["", f"All compared pairs pass: **{att['pass']}**"]
+  return lines + [""]
+
+
+def _model_lines(check: dict | None) -> list[str]:
+  if not check:
+    return []
+  head = (f"The ListOps Transformer ({check['sizes']}), {check['tokens']} tokens, batch "
+          f"{check['batch']}, real lengths {check['real_lengths']}, bfloat16, dropout off, "
+          f"through the trainer's loss and {check['steps']} steps of its sharded jitted train "
+          f"step: **{check['implementation']}** against dense.")
+  if check["status"] != "ok":
+    return [head, "", f"**Not checked**: {check['status']} (tails.txt)", ""]
+  e, t = check["errors"], check["tolerance"]
+  return [head, "",
+          f"- loss: relative difference {e['loss']:.2e}; the {check['steps']} steps' losses "
+          f"at most {e['step_losses']:.2e} apart (tolerance {t['loss']})",
+          f"- whole gradient, normwise relative error against float32: "
+          f"{check['implementation']} {e['grad_vs_float32']:.2e}, dense bfloat16 "
+          f"{e['grad_dense_vs_float32']:.2e} (tolerance: {t['grad_factor']}x dense's, or "
+          f"{t['grad']}); {check['implementation']} against dense {e['grad_vs_dense']:.2e}",
+          *([f"- cuDNN's fused kernel in the trainer's compiled step: "
+             f"{check['fused_kernel_in_hlo']}"] if "fused_kernel_in_hlo" in check else []),
+          f"- pass: **{check['pass']}**", ""]
+
+
+def _attention_lines(att: dict | None) -> list[str]:
+  if not att or "cases" not in att:
+    why = (att or {}).get("error", "did not run")
+    return [f"The attention check did not finish: {why} (see tails.txt). **Not checked.**"]
+  lines = [f"bfloat16 on {att['device_kind']} ({att['backend']}). Error = "
+           f"{att['error_measure']}; tolerance {att['tolerance']['output']} (outputs), "
+           f"{att['tolerance']['grad']} (gradients).", ""]
+  for case in att["cases"]:
+    lines += _case_lines(case)
+  lines += _model_lines(att.get("model_check"))
+  return lines + [f"All compared pairs pass: **{att['pass']}**"]
+
+
+def _steps(c: dict) -> str:
+  """Steps trained against the config's, and what the first step rate projected."""
+  plan = c.get("plan") or {}
+  if c["status"] == "finished":
+    text = f"{c['steps_trained']} of {c['planned_num_train_steps']}"
+  else:
+    prog = c.get("progress", {})
+    text = (f"{prog.get('step')} of {prog.get('num_train_steps')}" if prog.get("step")
+            else "-")
+  if plan:
+    text += f"; {plan['steps_per_s']:.2f} steps/s at step {plan['step']}"
+    if "projected_steps" in plan:
+      text += f", projected {plan['projected_steps']}"
+  return text
 
 
 def _train_lines(cells: list[dict]) -> list[str]:
-  lines = ["| cell | status | test acc. (%) | paper (%) | diff | steps | wall (s) | note |",
-           "|---|---|---|---|---|---|---|---|"]
+  lines = ["| cell | status | test acc. (%) | paper (%) | diff | steps (of the config's) | "
+           "time limit (s) | wall (s) | note |", "|---|---|---|---|---|---|---|---|---|"]
   for c in cells:
     prog = c.get("progress", {})
     status = c["status"] + (f" ({c['skipped']})" if c.get("skipped") else "")
     if c.get("stopped"):
       status += f": {c['stopped']}"
-    if c["status"] == "finished":
-      steps = c["num_train_steps"]
-    else:
-      steps = (f"{prog.get('step')}/{prog.get('num_train_steps')}, {prog.get('steps_per_s')} "
-               f"steps/s, ETA {prog.get('eta')}" if prog.get("step") else "-")
+    after = c.get("test_after_stop")
+    if after:
+      status += ("; then tested" if c["status"] == "finished" else
+                 f"; the test after the stop: {after}")
+    if c.get("stopped_early"):
+      status += " (ended by its time limit)"
+    if c["status"] != "finished":
       if prog.get("last_val_accuracy") is not None:
         status += f"; last validation {100 * prog['last_val_accuracy']:.2f}% at step " \
                   f"{prog['last_val_step']}"
       if prog.get("error"):
         status += f"; {prog['error']}"
+    if c.get("status") == "finished" and c.get("this_run") is False:
+      status += " (an earlier run's)"
+    note = c["note"] + (f"; **deviation**: {c['deviation']}" if c.get("deviation") else "")
     lines.append(f"| {c['cell']} | {status} | {_fmt(c.get('test_accuracy'))} | "
                  f"{_fmt(c['paper_test_accuracy'])} | {_fmt(c.get('difference_to_paper'))} | "
-                 f"{steps} | {_fmt(c.get('wall_s'), 0)} | {c['note']} |")
+                 f"{_steps(c)} | {_fmt(c.get('max_train_time_s'), 0)} | "
+                 f"{_fmt(c.get('wall_s'), 0)} | {note} |")
   return lines
 
 
@@ -101,7 +152,8 @@ def summary(dry_run: bool, env: dict | None, att: dict | None, speed_text: str |
          "## Speed (`eval.py speed`: train steps/s, ratio to the Transformer beside the "
          "paper's Table 2)", "", speed_text or "The speed part did not run.", "",
          "## Time budget", "", *_timeline_lines(parts), ""]
-  skipped = [c["cell"] for c in cells if c["status"] != "finished"]
+  skipped = [c["cell"] for c in cells
+             if c["status"] != "finished" or not c.get("all_steps_trained", True)]
   out += ["## Skipped or unfinished for time", ""]
   if not skipped and not speed_skipped:
     out.append("Nothing: every part finished.")
@@ -110,10 +162,10 @@ def summary(dry_run: bool, env: dict | None, att: dict | None, speed_text: str |
       out.append(f"- speed: {len(speed_skipped)} (model, length) cells not measured "
                  f"(listed under the speed table)")
     for name in skipped:
-      out.append(f"- training: {name}")
+      out.append(f"- training: {name} (not all its steps, or not run)")
     out.append("")
     out.append("Running the same command again (same --work) keeps what is done, measures "
-               "the missing speed cells and resumes unfinished training from its checkpoint.")
+               "the missing speed cells and trains the cells ended early further.")
   return "\n".join(out) + "\n"
 
 

@@ -1,20 +1,25 @@
 """The prepared accelerator run: one command on a machine with one GPU, done within 9 minutes.
 
   python scripts/accelerator_run.py --out=accel_out            # the real run (GPU)
-  python scripts/accelerator_run.py --out=accel_out --dry_run  # CPU, tiny sizes, < 2 minutes
+  python scripts/accelerator_run.py --out=accel_out --dry_run  # CPU, tiny sizes, ~2 minutes
 
-Writes into --out (at most 8 files): env.json (device, JAX, CUDA and cuDNN as JAX reports
-them), attention.json (dense / chunked / cuDNN attention against each other in bfloat16 with
-padding), speed.md and speed.json (`eval.py speed` for every model at 1K-4K tokens, batch 32,
-the Text base size, bfloat16, the ratio to the Transformer beside the paper's Table 2),
-training.json (the full-scale ListOps Transformer beside the paper's 36.37, then further cells
-as time allows), summary.md (all of it on one page) and log.txt.
+Writes into --out (8 files): env.json (device, JAX, CUDA and cuDNN as JAX reports them),
+attention.json (dense / chunked / cuDNN attention against each other in bfloat16 with padding
+at 2,048 and 2,001 tokens, and the ListOps model through the trainer's step with cuDNN against
+dense), speed.md and speed.json (`eval.py speed` at 4K, 3K, 2K, 1K tokens, each length's
+Transformer first, batch 32, the Text base size, bfloat16, the ratio to the Transformer beside
+the paper's Table 2), training.json (the full-scale ListOps Transformer beside the paper's
+36.37, ended by its time limit with a test accuracy whatever the step rate, then further cells
+as time allows), summary.md (all of it on one page), log.txt (the run's own log) and tails.txt
+(the last lines of every part's output: the reason of any failure).
 
-Every part checks the clock before it starts and gets a share of --budget_s; what does not
-fit is skipped and named in summary.md. Work (data, checkpoints, speed rows) goes to --work:
-running the same command again keeps what is done, measures the speed cells still missing
-and resumes unfinished training from its checkpoint. The parent process never touches the
-GPU (each part runs in its own process, as eval.py speed measures each cell).
+The first part stops the run within seconds, in one line, when JAX has no device of
+--platform (cuda unless --dry_run): no minutes are spent on a CPU fallback. Every part checks
+the clock before it starts and gets a share of --budget_s; what does not fit is skipped and
+named in summary.md. Work (data, checkpoints, speed rows, the compilation cache) goes to
+--work: running the same command again keeps what is done, measures the speed cells still
+missing and trains cells ended early further. The parent process never touches the device
+(each part runs in its own process, as eval.py speed measures each cell).
 """
 from __future__ import annotations
 
@@ -41,14 +46,17 @@ from lra.errors import UserError, run_command  # noqa: E402
 
 PARTS = ("env", "attention", "training", "speed")
 FILES = ("env.json", "attention.json", "speed.md", "speed.json", "training.json",
-         "summary.md", "log.txt")
+         "summary.md", "log.txt", "tails.txt")
 # Seconds per part: the plan for one H200 (estimates; docs/accelerator.md gives the reasons)
 # and for the dry run on a 2-core CPU. Training runs after env and attention until `speed`
 # seconds (plus `reserve`, for writing the files) are left; speed then gets the rest.
 PLAN = {
-    "real": dict(budget=540, env=30, attention=60, speed=120, reserve=15),
-    "dry": dict(budget=100, env=20, attention=30, speed=35, reserve=3),
+    "real": dict(budget=540, env=20, attention=100, speed=120, reserve=10),
+    "dry": dict(budget=150, env=20, attention=40, speed=40, reserve=3),
 }
+TAIL_LINES = 60  # of each part's output, into tails.txt
+# JAX's name of the platform -> what its devices report as their platform.
+PLATFORMS = {"cuda": "gpu", "rocm": "gpu", "tpu": "tpu", "cpu": "cpu"}
 
 
 class Run:
@@ -59,6 +67,7 @@ class Run:
     self.end = self.start + budget_s
     self.parts: list[dict] = []
     self.crashed: list[str] = []
+    self.tails: list[tuple[str, list[str]]] = []  # (part, its output's last lines)
     self._log = open(log_path, "w", encoding="utf-8")
 
   def left(self) -> float:
@@ -73,6 +82,9 @@ class Run:
   def part(self, name: str, planned: float | None, took: float, outcome: str) -> None:
     self.parts.append({"part": name, "planned_s": planned, "took_s": round(took, 1),
                        "outcome": outcome})
+
+  def tail(self, name: str, lines: list[str]) -> None:
+    self.tails.append((name, [line.rstrip("\n") for line in lines][-TAIL_LINES:]))
 
   def close(self) -> None:
     self._log.close()
@@ -95,6 +107,8 @@ def _check_folders(args) -> None:
     raise UserError(f"--parts={','.join(args.parts)}: choose from {','.join(PARTS)}")
   if args.budget_s is not None and args.budget_s <= 0:
     raise UserError(f"--budget_s={args.budget_s} must be positive")
+  if args.platform not in PLATFORMS:
+    raise UserError(f"--platform={args.platform}: choose from {', '.join(PLATFORMS)}")
 
 
 def _child(run: Run, name: str, command: list[str], timeout: float, planned: float,
@@ -109,13 +123,16 @@ def _child(run: Run, name: str, command: list[str], timeout: float, planned: flo
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env=env)
     ok, outcome = proc.returncode == 0, f"exit code {proc.returncode}"
-    tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-  except subprocess.TimeoutExpired:
-    ok, outcome, tail = False, f"stopped after {timeout:.0f} s", []
+    output = proc.stdout + proc.stderr
+  except subprocess.TimeoutExpired as e:
+    ok, outcome = False, f"stopped after {timeout:.0f} s"
+    output = "".join(x.decode(errors="replace") if isinstance(x, bytes) else x or ""
+                     for x in (e.stdout, e.stderr))
+  run.tail(name, output.strip().splitlines())
   run.part(name, planned, time.time() - start, "done" if ok else f"failed: {outcome}")
   run.log(f"{name}: {'done' if ok else 'FAILED: ' + outcome} ({time.time() - start:.0f} s)")
   if not ok:
-    for line in tail:
+    for line in output.strip().splitlines()[-15:]:
       run.log(f"  {name} | {line}")
   return ok
 
@@ -128,29 +145,38 @@ def _read_json(path: str) -> dict | None:
     return None
 
 
-def _device_parts(run: Run, args, plan: dict, env: dict) -> tuple[dict | None, dict | None]:
-  """env.json and attention.json, each from its own process."""
+def _device_part(run: Run, args, plan: dict, name: str) -> dict:
+  """env.json or attention.json, from its own process; always written (a failure says so)."""
   script = os.path.join(ROOT, "scripts", "accel_device.py")
   flag = ["--dry_run"] if args.dry_run else []
-  results = {}
-  for name, limit in (("env", 120.0), ("attention", 300.0)):
-    path = os.path.join(args.out, f"{name}.json")
-    if os.path.exists(path):
-      os.remove(path)  # never a stale file from an earlier run
-    timeout = min(limit, run.left() - plan["reserve"])
-    if name not in args.parts:
-      run.part(name, None, 0.0, "not asked for (--parts)")
-      record = {"pass": None, "error": "not asked for (--parts)"}
-    elif _child(run, name, [sys.executable, script, name, path, *flag], timeout, plan[name],
-                env):
-      record = _read_json(path) or {"pass": False, "error": "unreadable output"}
-    else:
-      record = {"pass": False, "error": run.parts[-1]["outcome"]}
-    record["dry_run"] = args.dry_run
-    results[name] = record
-    with open(path, "w", encoding="utf-8") as f:  # always written: a failure says so
-      json.dump(record, f, indent=1, default=str)
-  return results.get("env"), results.get("attention")
+  path = os.path.join(args.out, f"{name}.json")
+  timeout = min({"env": 120.0, "attention": 300.0}[name], run.left() - plan["reserve"])
+  if name not in args.parts:
+    run.part(name, None, 0.0, "not asked for (--parts)")
+    record = {"pass": None, "error": "not asked for (--parts)"}
+  elif _child(run, name, [sys.executable, script, name, path, *flag], timeout, plan[name],
+              dict(os.environ)):
+    record = _read_json(path) or {"pass": False, "error": "unreadable output"}
+  else:
+    record = {"pass": False, "error": run.parts[-1]["outcome"]}
+  record["dry_run"] = args.dry_run
+  with open(path, "w", encoding="utf-8") as f:
+    json.dump(record, f, indent=1, default=str)
+  return record
+
+
+def _no_device(run: Run, env: dict, platform: str) -> str | None:
+  """Why the run must stop now (JAX found no device of `platform`), or None."""
+  if env.get("platform") == PLATFORMS[platform]:
+    return None
+  if "platform" in env:
+    found = f"its device is {env.get('device_kind')} (platform {env['platform']})"
+  else:
+    output = [line for line in dict(run.tails).get("env", []) if line.strip()]
+    found = f"it says: {output[-1].strip()[:300]}" if output else "it printed nothing"
+  return (f"JAX has no {platform} device here ({found}); stopped before spending the budget "
+          f"elsewhere. Check the plugin with: JAX_PLATFORMS={platform} python3 -c 'import "
+          f"jax; print(jax.devices())' (the tail of its output is in tails.txt)")
 
 
 def _speed(run: Run, args) -> dict:
@@ -176,7 +202,7 @@ def _train(run: Run, args) -> list[dict]:
   start = time.time()
   deadline = run.end - _plan(args)["reserve"] - (
       _plan(args)["speed"] if "speed" in args.parts else 0)
-  cells = accel_train.run(args.work, args.dry_run, deadline, run.log)
+  cells = accel_train.run(args.work, args.dry_run, deadline, run.log, args.fast_attention)
   done = sum(c["status"] == "finished" for c in cells)
   run.part("training", round(deadline - start), time.time() - start,
            f"{done} of {len(cells)} cells finished")
@@ -198,22 +224,41 @@ def _guarded(run: Run, name: str, part):
 
 
 def _environment(args) -> dict:
-  """The children's environment: the repository importable; on a dry run, the CPU only and
-  XLA's cheapest compile; else the persistent compilation cache (train.py's) shared by the
-  speed cells, so a rerun compiles less."""
-  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-  if args.dry_run:  # no figure of a dry run means anything: compile fast (half the time)
-    env["JAX_PLATFORMS"] = "cpu"
+  """The children's environment: the repository importable; JAX on --platform only (no
+  silent fallback to the CPU); the compilation cache in --work, shared by every part and cell
+  (a rerun compiles less); on a GPU, 95% of its memory for XLA (the 4K dense baseline needs
+  it); on a dry run, XLA's cheapest compile (no figure of a dry run means anything)."""
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+         "JAX_PLATFORMS": args.platform,
+         "JAX_COMPILATION_CACHE_DIR": os.path.join(args.work, "jax_cache")}
+  if args.dry_run:
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
                         " --xla_llvm_disable_expensive_passes=true").strip()
   else:
-    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                         "lra", "jax_cache")
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", cache)
+    env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
   return env
 
 
+def _write_tails(run: Run, args, cells: list[dict], speed_result: dict | None) -> None:
+  """tails.txt: the last lines of every part's output (a child's stdout and stderr, each
+  training cell's train.log of this run, each failed speed cell), so a failure's reason comes
+  back with the files."""
+  blocks = list(run.tails)
+  for cell in cells:
+    if cell.get("tail"):
+      blocks.append((f"training {cell['cell']} (train.log)", cell.pop("tail")))
+    cell.pop("tail", None)
+  for row in (speed_result or {}).get("rows", []):
+    if row.get("output_tail"):
+      blocks.append((f"speed {row['model']} @ {row['length']}", row["output_tail"]))
+  text = "".join(f"===== {name}: the last {len(lines)} lines =====\n" + "\n".join(lines) + "\n\n"
+                 for name, lines in blocks)
+  with open(os.path.join(args.out, "tails.txt"), "w", encoding="utf-8") as f:
+    f.write(text or "No part printed anything.\n")
+
+
 def _write_outputs(args, run: Run, env, att, speed_result, cells) -> None:
+  _write_tails(run, args, cells, speed_result)
   speed_text = accel_speed.write(speed_result, args.out) if speed_result else None
   with open(os.path.join(args.out, "training.json"), "w", encoding="utf-8") as f:
     f.write(accel_report.training_json(args.dry_run, cells))
@@ -226,8 +271,9 @@ def _write_outputs(args, run: Run, env, att, speed_result, cells) -> None:
 
 
 def _main(args) -> None:
-  """The parts in order: env, attention, training (until the speed part's share is left),
-  speed (the rest); the files at the end."""
+  """The parts in order: env (which stops the run if JAX has no --platform device),
+  attention, training (until the speed part's share is left), speed (the rest); the files at
+  the end."""
   _check_folders(args)
   plan = _plan(args)
   os.makedirs(args.out, exist_ok=True)
@@ -238,15 +284,27 @@ def _main(args) -> None:
   if args.work is None:
     args.work = (tempfile.mkdtemp(prefix="lra_accel_dry_") if args.dry_run
                  else os.path.join(ROOT, "runs", "accelerator"))
+  args.work = os.path.abspath(args.work)
   os.makedirs(args.work, exist_ok=True)
   run = Run(plan["budget"], os.path.join(args.out, "log.txt"))
   os.environ.update(_environment(args))  # the speed cells inherit it through eval.py's code
   try:
     run.log(f"accelerator run{' (DRY RUN)' if args.dry_run else ''}: budget "
-            f"{plan['budget']} s, work in {args.work}, results in {args.out}")
-    env, att = _device_parts(run, args, plan, dict(os.environ))
+            f"{plan['budget']} s, platform {args.platform}, work in {args.work}, results in "
+            f"{args.out}" + (f"; {accel_train.fast_attention(args.dry_run)[1]} for the ListOps "
+                             f"Transformer" if args.fast_attention else ""))
+    args.parts = list(dict.fromkeys(["env", *args.parts]))  # the device check always runs
+    env = _device_part(run, args, plan, "env")
+    stop = _no_device(run, env, args.platform)
+    if stop:
+      run.log(f"stopped: {stop}")
+      _write_outputs(args, run, env, {"pass": None, "error": "not run: no device"}, None,
+                     accel_train.status(args.work, args.dry_run, args.fast_attention))
+      raise UserError(stop)
+    att = _device_part(run, args, plan, "attention")
     cells = (_guarded(run, "training", lambda: _train(run, args)) or []
-             if "training" in args.parts else accel_train.status(args.work, args.dry_run))
+             if "training" in args.parts else
+             accel_train.status(args.work, args.dry_run, args.fast_attention))
     speed_result = (_guarded(run, "speed", lambda: _speed(run, args))
                     if "speed" in args.parts else None)
     _write_outputs(args, run, env, att, speed_result, cells)
@@ -275,12 +333,20 @@ def parser() -> argparse.ArgumentParser:
                  help="which parts, comma separated (default all), e.g. --parts=speed to give "
                       "the whole budget to the speed cells still missing")
   p.add_argument("--budget_s", type=float, default=None,
-                 help="seconds for the whole run (default 540; dry run 100)")
+                 help="seconds for the whole run (default 540; dry run 150)")
+  p.add_argument("--platform", default=None,
+                 help="the JAX platform the run must find (JAX_PLATFORMS for every part): "
+                      "cuda (default), rocm, tpu; cpu for --dry_run (its default)")
+  p.add_argument("--fast_attention", action="store_true",
+                 help="the ListOps Transformer with cuDNN's fused attention and no attention "
+                      "dropout (recorded as a deviation from the paper's setup)")
   return p
 
 
 def main(argv=None) -> None:
   args = parser().parse_args(argv)
+  if args.platform is None:
+    args.platform = "cpu" if args.dry_run else "cuda"
   run_command(_main, args)  # a bad --out or --work: one line, exit 1
 
 

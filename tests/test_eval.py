@@ -29,6 +29,8 @@ def test_speed_then_accuracy_tables_and_charts(tmp_path):
   assert len(status) == 6
   assert all(status[(m, l)] == "ok" for m in ("transformer", "test_identity") for l in (16, 32))
   assert status[("test_oom", 16)] == "OOM"
+  oom = next(r for r in speed["rows"] if r["model"] == "test_oom")
+  assert any("RESOURCE_EXHAUSTED" in line for line in oom["output_tail"])  # the reason, kept
   ok = [r for r in speed["rows"] if r["status"] == "ok"]
   for r in ok:
     assert r["steps_per_s"] > 0 and r["compiled_memory_bytes"] > 0 and r["flops_per_step"] > 0

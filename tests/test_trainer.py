@@ -158,3 +158,35 @@ def test_malformed_profile_steps_is_a_user_error(listops_dir, tmp_path, steps):
   with pytest.raises(UserError, match="'START,STOP'"):
     trainer.train_and_evaluate(tiny_config(listops_dir, profile_steps=steps), str(tmp_path))
   assert not os.path.exists(tmp_path / "checkpoints")  # refused before anything ran
+
+
+def test_time_limit_ends_the_run_tested_and_a_rerun_goes_on(listops_dir, tmp_path):
+  """config.max_train_time_s ends a run as its last step would (validated, saved, the best
+  checkpoint tested), results.json and the comparability check say so, and running again
+  without the limit ends where an uninterrupted run does."""
+  from lra.reporting import comparable
+  settings = dict(num_train_steps=6, eval_every=4, checkpoint_every=4)
+  limited = str(tmp_path / "limited")
+  # Any limit is used up by the first step: the run stops after it, whatever the machine.
+  first = trainer.train_and_evaluate(tiny_config(listops_dir, **settings,
+                                                 max_train_time_s=1e-9), limited)
+  assert first["num_train_steps"] == 1 and first["planned_num_train_steps"] == 6
+  assert first["stopped_early"] == {"by": "max_train_time_s", "max_train_time_s": 1e-9,
+                                    "step": 1, "planned_num_train_steps": 6}
+  assert first["best_step"] == first["tested_step"] == 1
+  assert 0.0 <= first["test_accuracy"] <= 1.0 and first["test_count"] == 70
+  with open(os.path.join(limited, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  assert [(r["kind"], r["step"]) for r in rows if r["kind"] != "train"] == [("val", 1),
+                                                                            ("test", 1)]
+  assert "stopped by max_train_time_s after 1 of 6 steps" in comparable.differences(first)
+
+  second = trainer.train_and_evaluate(tiny_config(listops_dir, **settings), limited)
+  straight = str(tmp_path / "straight")
+  trainer.train_and_evaluate(tiny_config(listops_dir, **settings), straight)
+  assert second["num_train_steps"] == 6 and second["stopped_early"] is None
+  resumed, _ = _final_params(limited, tiny_config(listops_dir, **settings))
+  uninterrupted, _ = _final_params(straight, tiny_config(listops_dir, **settings))
+  for a, b in zip(jax.tree_util.tree_leaves(resumed.params),
+                  jax.tree_util.tree_leaves(uninterrupted.params)):
+    np.testing.assert_array_equal(a, b)

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from typing import Any
 
 from configs import table
@@ -24,10 +25,12 @@ TEXT_BASE_SIZE = dict(table.SIZES["text"]["base"])
 # The repository root: the measuring child runs there (configs/ is imported from it).
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM")
+TAIL_LINES = 60  # of a failed cell's output, kept in its row (the reason, where one machine ran)
 
 
 def matmul_peak_flops(dtype: str = "float32", seconds: float = 1.0) -> float:
-  """The best FLOP/s of a plain square matmul on the default device (the roofline to compare)."""
+  """The best FLOP/s of a plain square matmul on the default device (the roofline to compare),
+  on random data: constant inputs let the hardware do less (less switching) and overstate it."""
   import jax
   import jax.numpy as jnp
   best = 0.0
@@ -35,12 +38,12 @@ def matmul_peak_flops(dtype: str = "float32", seconds: float = 1.0) -> float:
   # 2048^2 is already near the peak and 8192^2 would take seconds per product on a few cores.
   sizes = (512, 1024, 2048) + (() if jax.default_backend() == "cpu" else (4096, 8192))
   for n in sizes:
-    a = jnp.ones((n, n), dtype)
+    a, b = jax.random.normal(jax.random.PRNGKey(n), (2, n, n), jnp.float32).astype(dtype)
     f = jax.jit(lambda x, y: x @ y)
-    f(a, a).block_until_ready()
+    f(a, b).block_until_ready()
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds / len(sizes):
-      f(a, a).block_until_ready()
+      f(a, b).block_until_ready()
       count += 1
     best = max(best, 2 * n ** 3 * count / (time.perf_counter() - start))
   return best
@@ -151,11 +154,17 @@ def measure(model: str, length: int, batch: int, size: dict[str, int], dtype: st
   return row
 
 
-def _failure(model: str, length: int, batch: int, message: str) -> dict[str, Any]:
+def _failure(model: str, length: int, batch: int, message: str,
+             output: str = "") -> dict[str, Any]:
+  """A failed cell's row: OOM, or the error's last line; `output`'s last lines (a traceback,
+  the child's stderr) kept as `output_tail`."""
   oom = any(m in message for m in OOM_MARKERS)
   first = (message.strip().splitlines() or ["failed"])[-1][:300]
-  return {"model": model, "length": length, "batch": batch,
-          "status": "OOM" if oom else f"error: {first}"}
+  row = {"model": model, "length": length, "batch": batch,
+         "status": "OOM" if oom else f"error: {first}"}
+  if output.strip():
+    row["output_tail"] = output.rstrip().splitlines()[-TAIL_LINES:]
+  return row
 
 
 def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, int],
@@ -179,7 +188,8 @@ def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, in
     return json.loads(lines[-1])
   if proc.returncode in (-9, 137):  # killed, on a CPU host most likely by the OOM killer
     return _failure(model, length, batch, "OOM (process killed)")
-  return _failure(model, length, batch, proc.stderr or f"exit code {proc.returncode}")
+  return _failure(model, length, batch, proc.stderr or f"exit code {proc.returncode}",
+                  proc.stdout + proc.stderr)
 
 
 def machine_in_fresh_process(dtype: str, timeout_s: float = 600) -> dict[str, Any]:
@@ -230,7 +240,8 @@ def main(argv=None) -> None:
     row = measure(args.model, args.length, args.batch, json.loads(args.size), args.dtype,
                   args.repeats, sets=parse_sets(args.sets))
   except Exception as e:  # reported as a table cell, never a crash of the whole table
-    row = _failure(args.model, args.length, args.batch, f"{type(e).__name__}: {e}")
+    row = _failure(args.model, args.length, args.batch, f"{type(e).__name__}: {e}",
+                   traceback.format_exc())
   print(json.dumps(row), flush=True)
 
 

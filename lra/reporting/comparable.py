@@ -28,7 +28,8 @@ FULL_TRAIN = {"listops": 96000, "text": 22500, "retrieval": 147086, "image": 450
 _IGNORED = {"seed", "data.seed", "data.split_seed", "data.data_dir", "data.workers",
             "data.generate_if_missing", "model.dtype", "eval_batch_size", "log_every",
             "eval_every", "checkpoint_every", "keep_checkpoints", "progress",
-            "log_all_processes", "compilation_cache_dir", "profile_steps"}
+            "log_all_processes", "compilation_cache_dir", "profile_steps",
+            "max_train_time_s"}  # a limit that ended the run shows as `stopped_early`
 
 
 # Data settings that leave the examples as they are (where they live, how they are made, where
@@ -93,6 +94,10 @@ def differences(result: dict) -> list[str]:
   """Why this run cannot stand beside the paper's number; [] when it can."""
   changed = ["settings changed on a resume (config_changes in results.json)"
              ] if result.get("config_changes") else []
+  stopped = result.get("stopped_early")
+  if isinstance(stopped, dict):
+    changed.append(f"stopped by {stopped.get('by')} after {stopped.get('step')} of "
+                   f"{stopped.get('planned_num_train_steps')} steps")
   return _data_differences(result) + _config_differences(result) + changed
 
 

@@ -13,6 +13,7 @@ from models import settings as s
 # Trainer settings of configs/base.py -> the values that can be right.
 RULES = {
     "batch_size": s.Int(1), "eval_batch_size": s.Int(1), "num_train_steps": s.Int(1),
+    "max_train_time_s": s.Float(0.0),  # 0 = no limit
     "warmup_steps": s.Int(0), "schedule": s.Choice(optim.SCHEDULES),
     "learning_rate": s.Float(0.0, open="low"),
     "ssm_learning_rate": s.Float(0.0),  # 0 = the same as learning_rate

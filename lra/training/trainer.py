@@ -15,6 +15,7 @@ import numpy as np
 import optax
 import tqdm
 from flax.training import train_state
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import models
@@ -67,6 +68,16 @@ def _sums(logits_BxC, labels_B, weights_B):
           "count": jnp.sum(weights_B)}
 
 
+def train_loss(model, pair: bool, params, *, batch_stats, batch, rng):
+  """The training loss (mean cross-entropy, dropout on) -> (loss, (logits, batch_stats)):
+  differentiated for the parameters only; the batch statistics come back updated."""
+  logits, updated = _logits(model, pair, params, batch_stats, batch, deterministic=False,
+                            rngs={"dropout": rng}, mutable=["batch_stats"])
+  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
+                                                           batch["labels"])
+  return jnp.mean(loss_B), (logits, updated.get("batch_stats", batch_stats))
+
+
 def make_steps(model, pair: bool, mesh: Mesh):
   """The jitted train and eval steps: batch sharded over 'data', state replicated, donated."""
   replicated = NamedSharding(mesh, P())
@@ -74,16 +85,8 @@ def make_steps(model, pair: bool, mesh: Mesh):
 
   def train_step(state, batch, rng):
     step_rng = jax.random.fold_in(rng, state.step)  # resumed runs continue the same stream
-
-    def loss_fn(params):
-      # Gradients only for the parameters; the batch statistics come back updated.
-      logits, updated = _logits(model, pair, params, state.batch_stats, batch,
-                                deterministic=False, rngs={"dropout": step_rng},
-                                mutable=["batch_stats"])
-      loss_B = optax.softmax_cross_entropy_with_integer_labels(
-          logits.astype(jnp.float32), batch["labels"])
-      return jnp.mean(loss_B), (logits, updated.get("batch_stats", state.batch_stats))
-
+    loss_fn = functools.partial(train_loss, model, pair, batch_stats=state.batch_stats,
+                                batch=batch, rng=step_rng)
     (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
         state.params)
     metrics = _sums(logits, batch["labels"], jnp.ones_like(batch["labels"], jnp.float32))
@@ -232,9 +235,35 @@ def _say(line: str, bar, config) -> None:
     sys.stdout.flush()
 
 
+def _out_of_time(config, run_start: float, done: int) -> bool:
+  """Whether config.max_train_time_s of training time (counted over resumes, as
+  train_time_s) is used up (0 = no limit). Every process must stop at the same step: with
+  several, process 0's clock decides, at log steps only (one broadcast each)."""
+  if not config.max_train_time_s:
+    return False
+  if jax.process_count() == 1:
+    return time.time() - run_start >= config.max_train_time_s
+  if done % config.log_every:
+    return False
+  used_up = np.bool_(time.time() - run_start >= config.max_train_time_s)
+  return bool(multihost_utils.broadcast_one_to_all(used_up))
+
+
+def _note_validation(done: int, val: dict, state, ckpts: Checkpoints, meta: dict,
+                     writer: MetricWriter) -> None:
+  """Writes a validation and saves the best checkpoint when it is the best so far."""
+  writer.write(done, {"val_loss": val["loss"], "val_accuracy": val["accuracy"]})
+  if val["accuracy"] > meta["best_val_accuracy"]:
+    meta.update(best_val_accuracy=val["accuracy"], best_step=done)
+    if ckpts.best.latest_step() != done:  # a resumed run may reach it a second time
+      ckpts.save_best(done, state, meta)
+
+
 def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, sharding,
            state, ckpts: Checkpoints, meta: dict, writer: MetricWriter):
-  """Steps from the state's step to config.num_train_steps: logs, validates, checkpoints."""
+  """Steps from the state's step to config.num_train_steps (or until config.max_train_time_s
+  of training): logs, validates, checkpoints. Returns (state, the early stop's record or
+  None)."""
   start, total = int(state.step), config.num_train_steps
   dropout_rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)
   schedule = optim.learning_rate_schedule(config)  # for logging; built once
@@ -251,6 +280,7 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
   run_start = time.time() - meta["train_time_s"]
   service = preemption.uses_preemption_service()
   trace = profiling.Trace(config, workdir, start)
+  stopped = None
   with bar:
     for step in range(start, total):
       trace.before_step(step)
@@ -263,8 +293,13 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
       if traced:
         _say(traced, bar, config)
       bar.update(1)
-      is_log = done % config.log_every == 0
-      is_eval = done % config.eval_every == 0 or done == total
+      # Out of time: this step ends the run as the last step would (logged, validated,
+      # saved), and the best checkpoint is tested. At least one step is trained per start.
+      if done < total and _out_of_time(config, run_start, done):
+        stopped = {"by": "max_train_time_s", "max_train_time_s": config.max_train_time_s,
+                   "step": done, "planned_num_train_steps": total}
+      is_log = done % config.log_every == 0 or stopped is not None
+      is_eval = done % config.eval_every == 0 or done == total or stopped is not None
       if is_log or is_eval or done % config.checkpoint_every == 0:
         _check_finite(sums, done, ckpts, workdir)
         now = time.time()
@@ -275,17 +310,19 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
       if is_log or is_eval:
         _say(_record(done, total, train, val), bar, config)
       if is_eval:
-        writer.write(done, {"val_loss": val["loss"], "val_accuracy": val["accuracy"]})
-        if val["accuracy"] > meta["best_val_accuracy"]:
-          meta.update(best_val_accuracy=val["accuracy"], best_step=done)
-          if ckpts.best.latest_step() != done:  # a resumed run may reach it a second time
-            ckpts.save_best(done, state, meta)
+        _note_validation(done, val, state, ckpts, meta, writer)
       if is_eval or done % config.checkpoint_every == 0:
         meta["train_time_s"] = time.time() - run_start
         ckpts.save_latest(done, state, meta)
+      if stopped is not None:
+        _say(f"stopped after step {done}/{total}: config.max_train_time_s="
+             f"{config.max_train_time_s:g} s of training used; testing the best checkpoint "
+             f"(running the same command with a larger limit, or 0, goes on from here)", bar,
+             config)
+        break
       if done < total and preemption.stop_requested(done, service):
         _save_and_stop(done, total, state, sums, ckpts, meta, workdir, run_start)
-  return state
+  return state, stopped
 
 
 def _save_and_stop(done: int, total: int, state, sums, ckpts: Checkpoints, meta: dict,
@@ -316,9 +353,10 @@ def _warn(notes: list[str]) -> None:
 
 
 def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
-          meta: dict) -> dict[str, Any]:
+          meta: dict, stopped: dict | None) -> dict[str, Any]:
   """Tests the best checkpoint on validation (and the last state, for reference). If no copy
-  of it restores, tests the final state, and the results say so."""
+  of it restores, tests the final state, and the results say so. `stopped`: the record of a
+  run ended by config.max_train_time_s before config.num_train_steps."""
   best_state, best_meta, tested = ckpts.restore_best(state, meta)
   _warn(ckpts.notes)
   test = evaluate_split(best_state, task.splits["test"])
@@ -333,7 +371,9 @@ def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
       "best_val_accuracy": best_meta["best_val_accuracy"],
       "last_step_test_accuracy": last_test["accuracy"],
       "test_majority_rate": float(np.bincount(labels).max() / len(labels)),
-      "num_train_steps": config.num_train_steps, "train_time_s": meta["train_time_s"],
+      # The steps trained: config.num_train_steps unless max_train_time_s ended it earlier.
+      "num_train_steps": int(state.step), "planned_num_train_steps": config.num_train_steps,
+      "stopped_early": stopped, "train_time_s": meta["train_time_s"],
       "hardware": describe_hardware(), "config": config.to_dict(),
       "data": task.data,  # what made the data (lra.data.record) and any cut of its rows
       "tested_step": int(best_state.step), "tested_checkpoint": tested,
@@ -370,11 +410,11 @@ def train_and_evaluate(config, workdir: str, devices=None,
     writer = MetricWriter(workdir, int(state.step))  # drops rows written after the checkpoint
     evaluate_split = functools.partial(evaluate, eval_step, batch_size=config.eval_batch_size,
                                        sharding=sharding, padding=task.padding)
-    state = _train(config, workdir, task, train_step, evaluate_split, sharding, state, ckpts,
-                   meta, writer)
-    results = _test(config, task, evaluate_split, state, ckpts, meta)
-    writer.write(config.num_train_steps, {"test_accuracy": results["test_accuracy"],
-                                          "test_loss": results["test_loss"]})
+    state, stopped = _train(config, workdir, task, train_step, evaluate_split, sharding,
+                            state, ckpts, meta, writer)
+    results = _test(config, task, evaluate_split, state, ckpts, meta, stopped)
+    writer.write(int(state.step), {"test_accuracy": results["test_accuracy"],
+                                   "test_loss": results["test_loss"]})
     _write_json(workdir / "results.json", results)
     return results
   finally:

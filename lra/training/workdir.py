@@ -15,7 +15,7 @@ from lra.errors import UserError
 # Every other setting changes what the run computes. num_train_steps is one of them only
 # where the schedule depends on it (cosine).
 OBSERVING = frozenset({
-    "num_train_steps", "eval_every", "log_every", "checkpoint_every", "keep_checkpoints",
+    "num_train_steps", "max_train_time_s", "eval_every", "log_every", "checkpoint_every", "keep_checkpoints",
     "progress", "log_all_processes", "compilation_cache_dir", "profile_steps",
     "data.workers", "data.generate_if_missing"})
 ALLOW_FLAG = "--allow_config_change"
