@@ -264,34 +264,36 @@ def _test_after_stop(cell: Cell, workdir: str, cache: str, deadline: float, time
                       times["grace_s"], log)
 
 
-def _one_cell(cell: Cell, workdir: str, cache: str, deadline: float, times: dict,
-              log) -> dict:
-  """A cell from its start to its test accuracy (or the reason there is none)."""
+def _one_cell(cell: Cell, workdir: str, cache: str, deadline: float, test_deadline: float,
+              times: dict, log) -> dict:
+  """A cell from its start to its test accuracy (or the reason there is none): the limit ends
+  its training so that it is tested by its end; if it still runs then, the clock stops it and
+  a rerun tests it, before `test_deadline` (later parts give up that time)."""
   since = time.time()
   end = deadline if cell.max_s is None else min(deadline, since + cell.max_s)
-  # The clock's stop leaves time for the test rerun; the limit ends training before it.
-  hard_stop = end - times["test_s"] - times["grace_s"]
   # The limit counts training time over resumes: a cell an earlier run ended early goes on.
-  limit = (max(hard_stop - since - times["start_s"] - times["end_s"], USED_UP)
+  limit = (max(end - since - times["start_s"] - times["end_s"], USED_UP)
            + _earlier_train_time(workdir) if cell.limit else None)
   log(f"train: {cell.name} ({cell.config}), up to {end - since:.0f} s"
       + (f"; max_train_time_s={limit:.0f}" if limit is not None else "; no time limit"))
-  process = _run_process(_command(cell, workdir, cache, limit), workdir, hard_stop,
+  process = _run_process(_command(cell, workdir, cache, limit), workdir, end,
                          times["grace_s"], log, watch=cell, limit=limit)
   process["max_train_time_s"] = limit
   stopped = process["stopped"] or ""
-  if not os.path.exists(os.path.join(workdir, "results.json")) and \
-      stopped.startswith("stopped for time (checkpoint"):
-    if end - time.time() >= times["test_s"] / 2:
-      rerun = _test_after_stop(cell, workdir, cache, end, times, log)
+  if _results(workdir) is None and stopped.startswith("stopped for time (checkpoint"):
+    if test_deadline - time.time() >= times["test_s"]:
+      rerun = _test_after_stop(cell, workdir, cache, test_deadline, times, log)
       process["test_after_stop"] = {k: rerun[k] for k in ("exit_code", "wall_s", "stopped")}
     else:
-      process["test_after_stop"] = {"skipped": f"{end - time.time():.0f} s left"}
+      process["test_after_stop"] = {"skipped": f"{test_deadline - time.time():.0f} s left"}
   return _result(cell, workdir, process, since)
 
 
-def run(work: str, dry_run: bool, deadline: float, log, fast: bool = False) -> list[dict]:
-  """Every cell in order while the clock allows; returns one result per cell."""
+def run(work: str, dry_run: bool, deadline: float, log, fast: bool = False,
+        test_deadline: float | None = None) -> list[dict]:
+  """Every cell in order while the clock allows (cells start and train before `deadline`; a
+  stopped cell's test may run until `test_deadline`); returns one result per cell."""
+  test_deadline = deadline if test_deadline is None else test_deadline
   times = TIMES["dry" if dry_run else "real"]
   cache = os.path.join(work, "jax_cache")
   results = []
@@ -308,7 +310,7 @@ def run(work: str, dry_run: bool, deadline: float, log, fast: bool = False) -> l
       result["skipped"] = f"time: {left:.0f} s left, needs at least {cell.min_s:.0f} s"
       results.append(result)
       continue
-    result = _one_cell(cell, workdir, cache, deadline, times, log)
+    result = _one_cell(cell, workdir, cache, deadline, test_deadline, times, log)
     if result["status"] == "finished":
       shown = (f"test accuracy {result['test_accuracy']:.2f}% (paper {cell.paper}) after "
                f"{result['steps_trained']} of {result['planned_num_train_steps']} steps")

@@ -202,7 +202,10 @@ def _train(run: Run, args) -> list[dict]:
   start = time.time()
   deadline = run.end - _plan(args)["reserve"] - (
       _plan(args)["speed"] if "speed" in args.parts else 0)
-  cells = accel_train.run(args.work, args.dry_run, deadline, run.log, args.fast_attention)
+  # A stopped cell's test may take from the speed part's share (a test accuracy is worth more
+  # than a few speed cells).
+  cells = accel_train.run(args.work, args.dry_run, deadline, run.log, args.fast_attention,
+                          test_deadline=run.end - _plan(args)["reserve"])
   done = sum(c["status"] == "finished" for c in cells)
   run.part("training", round(deadline - start), time.time() - start,
            f"{done} of {len(cells)} cells finished")

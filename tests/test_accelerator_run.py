@@ -110,6 +110,20 @@ def test_no_device_of_the_platform_stops_at_once(tmp_path):
   assert not (tmp_path / "w" / "train").exists()  # nothing ran
 
 
+def test_program_cost_counts_the_trainer_steps():
+  """scripts/program_cost.py (the time plan's FLOP and traffic counts): compile only; the
+  train step (forward, backward, update) costs more than twice the evaluation step."""
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "program_cost.py"),
+                         "--config=listops:transformer,cpu", "--set", "data.max_len=64"],
+                        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  row = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert row["max_len"] == 64 and row["batch"] > 0
+  assert row["train"]["flops"] > 2 * row["eval"]["flops"] > 0
+  assert row["train"]["bytes_accessed"] > row["eval"]["bytes_accessed"] > 0
+
+
 def test_real_plan_orders_speed_cells_by_length_and_offers_the_fast_path(tmp_path):
   """The real run's speed cells: 4K first, each length's Transformer first, then the models
   of the paper's Table 2 in its order; the ListOps Transformer's fast path is a deviation."""

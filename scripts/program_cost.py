@@ -1,0 +1,89 @@
+"""XLA's count of a config's train and evaluation steps, compiled only (nothing runs):
+
+  python scripts/program_cost.py --config=listops:transformer --set model.dtype=bfloat16
+
+Prints one JSON line per step: FLOPs, bytes of memory traffic and temporary bytes, for the
+global batch of the config at its max_len. What docs/accelerator.md plans a GPU's time from
+(on a CPU the compiler fuses less, so the traffic is an upper bound for a GPU).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+
+def config_of(spec: str, sets: dict):
+  """'TASK:MODEL[,options]' and dotted KEY=VALUE overrides -> the config."""
+  task, _, arg = spec.partition(":")
+  config = importlib.import_module(f"configs.{task}").get_config(arg or None)
+  for key, value in sets.items():
+    *path, last = key.split(".")
+    node = config
+    for part in path:
+      node = node[part]
+    node[last] = value
+  return config
+
+
+def _classes_and_vocabulary(task: str) -> tuple[int, int]:
+  """What the model's head and embedding need (the task modules' own constants)."""
+  from lra.data import image, listops, text
+  return {"listops": (listops.NUM_CLASSES, listops.VOCAB_SIZE),
+          "text": (text.NUM_CLASSES, text.VOCAB_SIZE),
+          "retrieval": (text.NUM_CLASSES, text.VOCAB_SIZE),
+          "image": (image.NUM_CLASSES, 256)}.get(task, (2, 256))  # Pathfinder, Path-X
+
+
+def cost(config) -> dict:
+  import jax
+  import numpy as np
+  from lra.data import tasks
+  from lra.training import trainer
+  classes, vocab = _classes_and_vocabulary(config.task)
+  task = tasks.Task(config.task, classes, vocab, config.data.max_len,
+                    config.task == "retrieval", {})
+  model = trainer.build_model(config, task)
+  mesh = trainer.make_mesh()
+  train_step, eval_step, _ = trainer.make_steps(model, task.pair, mesh)
+  state = jax.eval_shape(lambda: trainer.create_state(model, task, config, mesh))
+  b, n = config.batch_size, config.data.max_len
+  batch = {"inputs": jax.ShapeDtypeStruct((b, n), np.int32),
+           "labels": jax.ShapeDtypeStruct((b,), np.int32)}
+  if task.pair:
+    batch["inputs2"] = jax.ShapeDtypeStruct((b, n), np.int32)
+  key = jax.ShapeDtypeStruct((2,), np.uint32)
+  weights = dict(batch, weights=jax.ShapeDtypeStruct((b,), np.float32))
+  out = {}
+  for name, step, args in (("train", train_step, (state, batch, key)),
+                           ("eval", eval_step, (state, weights))):
+    compiled = step.lower(*args).compile()
+    found = compiled.cost_analysis()
+    found = found[0] if isinstance(found, (list, tuple)) else found
+    memory = compiled.memory_analysis()
+    out[name] = {"flops": found.get("flops"), "bytes_accessed": found.get("bytes accessed"),
+                 "temp_bytes": memory.temp_size_in_bytes if memory else None}
+  return out
+
+
+def main(argv=None) -> None:
+  from lra.reporting import benchmark
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--config", required=True, help="TASK:MODEL[,cpu][,paper]")
+  p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                 help="a dotted config key, e.g. model.dtype=bfloat16 (repeatable)")
+  args = p.parse_args(argv)
+  config = config_of(args.config, benchmark.parse_sets(args.sets))
+  print(json.dumps({"config": args.config, "sets": args.sets, "batch": config.batch_size,
+                    "max_len": config.data.max_len, **cost(config)}), flush=True)
+
+
+if __name__ == "__main__":
+  main()
