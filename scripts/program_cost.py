@@ -18,17 +18,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
+from lra.errors import run_command, user_errors  # noqa: E402
+
 
 def config_of(spec: str, sets: dict):
   """'TASK:MODEL[,options]' and dotted KEY=VALUE overrides -> the config."""
   task, _, arg = spec.partition(":")
+  from lra.data import tasks
+  from lra.errors import UserError
+  from lra.reporting import benchmark
+  if task not in tasks.NAMES:
+    raise UserError(f"--config={spec}: unknown task {task!r}; valid: {', '.join(tasks.NAMES)}")
   config = importlib.import_module(f"configs.{task}").get_config(arg or None)
-  for key, value in sets.items():
-    *path, last = key.split(".")
-    node = config
-    for part in path:
-      node = node[part]
-    node[last] = value
+  benchmark.override(config, sets, root="config")  # an unknown key: one line naming the valid
   return config
 
 
@@ -73,13 +75,17 @@ def cost(config) -> dict:
 
 
 def main(argv=None) -> None:
-  from lra.reporting import benchmark
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--config", required=True, help="TASK:MODEL[,cpu][,paper]")
   p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                  help="a dotted config key, e.g. model.dtype=bfloat16 (repeatable)")
   args = p.parse_args(argv)
+  run_command(_main, args, user_errors())  # a bad --config or --set: one line, exit 1
+
+
+def _main(args) -> None:
+  from lra.reporting import benchmark
   config = config_of(args.config, benchmark.parse_sets(args.sets))
   print(json.dumps({"config": args.config, "sets": args.sets, "batch": config.batch_size,
                     "max_len": config.data.max_len, **cost(config)}), flush=True)

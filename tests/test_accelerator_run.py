@@ -154,3 +154,14 @@ def test_bad_out_is_one_line(tmp_path):
   proc = _run("--dry_run", f"--out={tmp_path / 'busy'}", timeout=60)
   assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
   assert "holds other files (mine.txt)" in proc.stderr
+
+
+def test_program_cost_refuses_a_bad_key_in_one_line():
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "program_cost.py"),
+                         "--config=listops:transformer,cpu", "--set", "data.max_lenx=64"],
+                        capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+      "error: --set data.max_lenx: config.data has no field 'max_lenx'; valid: " +
+      ", ".join(sorted(("data_dir", "generate_if_missing", "max_args", "max_depth", "max_len",
+                        "max_length", "min_length", "num_test", "num_train", "num_val", "seed",
+                        "workers")))]

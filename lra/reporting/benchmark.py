@@ -67,16 +67,16 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
   return sets
 
 
-def override(model_config, sets: dict[str, Any]) -> None:
-  """Sets config.model fields ('attention.NAME' for a mixer setting); an unknown key is an
-  error naming the valid ones."""
+def override(model_config, sets: dict[str, Any], root: str = "config.model") -> None:
+  """Sets config.model fields ('attention.NAME' for a mixer setting), or the fields below
+  `root`; an unknown key is an error naming the valid ones."""
   for key, value in sets.items():
     if key == "name":
       raise UserError("--set name=...: choose the models with --models")
     node, path = model_config, key.split(".")
     for i, part in enumerate(path):
       if part not in node:
-        where = ".".join(["config.model", *path[:i]])
+        where = ".".join([root, *path[:i]])
         raise UserError(f"--set {key}: {where} has no field {part!r}; valid: "
                         f"{', '.join(sorted(node.keys()))}")
       if i < len(path) - 1:
