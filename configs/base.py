@@ -58,10 +58,7 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.batch_size = 32              # global batch, split over all devices and hosts
   c.eval_batch_size = 32         # global batch for validation and test
   c.num_train_steps = 5000
-  # Seconds of training (over resumes) after which the run ends early: the step reached is
-  # validated, saved and the best checkpoint tested, as at the last step; results.json records
-  # the steps trained and the stop (and the tables mark the run not comparable). 0 = no limit.
-  c.max_train_time_s = 0.0
+  c.max_train_time_s = 0.0       # training seconds (over resumes), then end as at the last step
   c.schedule = "rsqrt"           # "rsqrt" (warmup then 1/sqrt(t)), "cosine" or "constant"
   c.learning_rate = 0.05         # peak factor of the schedule (> 0)
   # Peak for a state-space mixer's OPTIMIZER_GROUP (its step size, A, B: no weight decay);

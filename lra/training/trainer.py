@@ -1,7 +1,6 @@
 """The one generic trainer: every task, every model, any number of devices and hosts."""
 from __future__ import annotations
 
-import datetime
 import functools
 import json
 import signal
@@ -23,7 +22,7 @@ from lra import config_record, paths
 from lra.data import batches, tasks
 from lra.errors import UserError
 from lra.training import (checkpoint, config_checks, faults, optim, preemption, profiling,
-                          workdir as workdir_lib)
+                          progress, workdir as workdir_lib)
 from lra.training.checkpoint import Checkpoints, MismatchError
 from lra.training.writers import MetricWriter
 
@@ -196,45 +195,6 @@ def _restore(ckpts: Checkpoints, step: int | None, change: dict | None, state, c
   return state, meta
 
 
-def _log_train(writer: MetricWriter, bar, sums, done: int, seconds: float, steps: int,
-               schedule) -> dict[str, float]:
-  """Writes the train metrics summed since the last log (one device fetch)."""
-  host = jax.device_get(sums)
-  train = {"train_loss": host["loss_sum"] / host["count"],
-           "train_accuracy": host["correct"] / host["count"],
-           "steps_per_s": steps / max(seconds, 1e-9),
-           "learning_rate": float(schedule(done - 1))}
-  train = {k: float(v) for k, v in train.items()}
-  writer.write(done, train)
-  bar.set_postfix(loss=f"{train['train_loss']:.3f}", acc=f"{train['train_accuracy']:.3f}")
-  return train
-
-
-def _record(done: int, total: int, train: dict[str, float], val: dict | None) -> str:
-  """The log line of one log interval: a log file gets the progress the bar would show."""
-  rate = train["steps_per_s"]
-  eta = datetime.timedelta(seconds=round((total - done) / max(rate, 1e-9)))
-  line = (f"step {done}/{total}: train loss {train['train_loss']:.4f}, accuracy "
-          f"{train['train_accuracy']:.4f}, {rate:.2f} steps/s, ETA {eta}")
-  if val is not None:
-    line += f"; validation loss {val['loss']:.4f}, accuracy {val['accuracy']:.4f}"
-  return line
-
-
-def _say(line: str, bar, config) -> None:
-  """One whole line to stdout, flushed at once (a log file under nohup or SLURM reads as it
-  grows), above the bar if one is drawn. Process 0 only, unless config.log_all_processes."""
-  if jax.process_index() != 0:
-    if not config.log_all_processes:
-      return
-    line = f"[process {jax.process_index()}] {line}"
-  if bar.disable:
-    print(line, flush=True)
-  else:
-    bar.write(line, file=sys.stdout)  # clears the bar, writes, redraws it
-    sys.stdout.flush()
-
-
 def _out_of_time(config, run_start: float, done: int) -> bool:
   """Whether config.max_train_time_s of training time (counted over resumes, as
   train_time_s) is used up (0 = no limit). Every process must stop at the same step: with
@@ -247,6 +207,14 @@ def _out_of_time(config, run_start: float, done: int) -> bool:
     return False
   used_up = np.bool_(time.time() - run_start >= config.max_train_time_s)
   return bool(multihost_utils.broadcast_one_to_all(used_up))
+
+
+def _time_stop(config, run_start: float, done: int, total: int) -> dict | None:
+  """The record of a run that config.max_train_time_s ends after step `done`, or None."""
+  if done >= total or not _out_of_time(config, run_start, done):
+    return None
+  return {"by": "max_train_time_s", "max_train_time_s": config.max_train_time_s,
+          "step": done, "planned_num_train_steps": total}
 
 
 def _note_validation(done: int, val: dict, state, ckpts: Checkpoints, meta: dict,
@@ -291,34 +259,29 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
       done = step + 1
       traced = trace.after_step(done, total, state)
       if traced:
-        _say(traced, bar, config)
+        progress.say(traced, bar, config)
       bar.update(1)
       # Out of time: this step ends the run as the last step would (logged, validated,
       # saved), and the best checkpoint is tested. At least one step is trained per start.
-      if done < total and _out_of_time(config, run_start, done):
-        stopped = {"by": "max_train_time_s", "max_train_time_s": config.max_train_time_s,
-                   "step": done, "planned_num_train_steps": total}
+      stopped = _time_stop(config, run_start, done, total)
       is_log = done % config.log_every == 0 or stopped is not None
       is_eval = done % config.eval_every == 0 or done == total or stopped is not None
       if is_log or is_eval or done % config.checkpoint_every == 0:
         _check_finite(sums, done, ckpts, workdir)
         now = time.time()
-        train = _log_train(writer, bar, sums, done, now - last_time, done - last_step,
-                           schedule)
+        train = progress.log_train(writer, bar, sums, done, now - last_time,
+                                   done - last_step, schedule)
         sums, last_time, last_step = None, now, done
       val = evaluate_split(state, task.splits["val"]) if is_eval else None
       if is_log or is_eval:
-        _say(_record(done, total, train, val), bar, config)
+        progress.say(progress.record(done, total, train, val), bar, config)
       if is_eval:
         _note_validation(done, val, state, ckpts, meta, writer)
       if is_eval or done % config.checkpoint_every == 0:
         meta["train_time_s"] = time.time() - run_start
         ckpts.save_latest(done, state, meta)
       if stopped is not None:
-        _say(f"stopped after step {done}/{total}: config.max_train_time_s="
-             f"{config.max_train_time_s:g} s of training used; testing the best checkpoint "
-             f"(running the same command with a larger limit, or 0, goes on from here)", bar,
-             config)
+        progress.say(progress.time_stop_line(done, total, config), bar, config)
         break
       if done < total and preemption.stop_requested(done, service):
         _save_and_stop(done, total, state, sums, ckpts, meta, workdir, run_start)
