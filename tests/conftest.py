@@ -1,10 +1,24 @@
-"""Test setup: 8 fake CPU devices for sharding tests, strict rank promotion."""
+"""Test setup: 8 fake CPU devices for sharding tests, strict rank promotion, and one
+persistent compilation cache for the whole session (its workers and their subprocesses)."""
 import os
+import shutil
+import tempfile
 
 # Must be set before JAX initialises its backend.
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Many tests compile the same tiny programs (a train step, an evaluation step), in this process
+# and in the train.py / eval.py processes they start: the first compile of each is cached in a
+# temporary folder that the pytest process makes (its xdist workers and every subprocess
+# inherit the variable) and removes at the end. Every program, however fast it compiled.
+_CACHE_OWNER = "LRA_TEST_JAX_CACHE" not in os.environ
+if _CACHE_OWNER:
+  os.environ["LRA_TEST_JAX_CACHE"] = tempfile.mkdtemp(prefix="lra_test_jax_cache_")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ["LRA_TEST_JAX_CACHE"]
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -21,3 +35,9 @@ def listops_dir(tmp_path_factory):
                                max_length=40, max_depth=3, max_args=4, seed=0, workers=1,
                                progress=False)
   return str(path)
+
+
+def pytest_unconfigure(config):
+  """The process that made the session's compilation cache removes it."""
+  if _CACHE_OWNER and not hasattr(config, "workerinput"):
+    shutil.rmtree(os.environ["LRA_TEST_JAX_CACHE"], ignore_errors=True)
