@@ -1,12 +1,11 @@
 """What every task config shares: trainer settings, model defaults and the arg parser."""
 from __future__ import annotations
 
-import os
-
 import ml_collections
 
 from configs import table
 from lra.errors import UserError
+from lra.training import options
 from models import registry
 
 OPTIONS = ("cpu", "paper")
@@ -29,10 +28,10 @@ def parse_arg(arg: str | None, default_model: str = "transformer") -> tuple[str,
 
 def base_config(model: str) -> ml_collections.ConfigDict:
   """Every shared field; values that cannot be right are refused before a run loads data
-  (lra/training/config_checks.py holds the allowed ranges)."""
+  (the trainer's allowed ranges are in lra/training/options.py)."""
   c = ml_collections.ConfigDict()
   c.task = ""                    # task name (lra.data.tasks)
-  c.seed = 0                     # parameters, dropout and data order all follow from it
+  options.fill(c, ["seed"])      # the seed first: lra/training/options.py
   c.data = ml_collections.ConfigDict()  # task-specific, filled by the task config
 
   c.model = ml_collections.ConfigDict()
@@ -55,37 +54,9 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.model.ffn_chunks = 1         # run the block MLP over this many sequence chunks (less memory)
   c.model.reversible = False     # reversible residual layers: activation memory flat in depth
 
-  c.batch_size = 32              # global batch, split over all devices and hosts
-  c.eval_batch_size = 32         # global batch for validation and test
-  c.num_train_steps = 5000
-  c.max_train_time_s = 0.0       # training seconds (over resumes), then end as at the last step
-  c.schedule = "rsqrt"           # "rsqrt" (warmup then 1/sqrt(t)), "cosine" or "constant"
-  c.learning_rate = 0.05         # peak factor of the schedule (> 0)
-  # Peak for a state-space mixer's OPTIMIZER_GROUP (its step size, A, B: no weight decay);
-  # 0 = the same as learning_rate. Other models ignore it.
-  c.ssm_learning_rate = 0.0
-  c.warmup_steps = 1000
-  c.weight_decay = 0.1           # AdamW decoupled weight decay (>= 0)
-  c.adam_b1 = 0.9
-  c.adam_b2 = 0.98
-  c.adam_eps = 1e-9
-  c.grad_clip_norm = 0.0         # global-norm clipping; 0 = off
-
-  c.log_every = 100              # train metrics to metrics.jsonl / TensorBoard
-  c.eval_every = 500             # validation (and a checkpoint) every this many steps
-  c.checkpoint_every = 500       # checkpoint for resuming
-  c.keep_checkpoints = 2         # resumable checkpoints kept (>= 1; plus the best one)
-  c.progress = True              # progress bar with steps/s and ETA (only when stderr is a
-                                 # terminal; a log file gets one line per log_every instead)
-  c.log_all_processes = False    # multi-host: every process prints its log lines, not only 0
-  # JAX's persistent compilation cache, so a resumed or repeated run skips most compiling;
-  # shared by all runs of this user ("" = off).
-  c.compilation_cache_dir = os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache",
-                                         "lra", "jax_cache")
-  # "START,STOP": a jax.profiler trace of the STOP-START train steps after step START (e.g.
-  # "10,15": steps 11 to 15 of the log) into WORKDIR/profile, for XProf (TensorBoard's
-  # profile plugin) or Perfetto; "" = off.
-  c.profile_steps = ""
+  # The trainer's settings after the model's, in the order of its table (defaults, value rules
+  # and what each is for: lra/training/options.py).
+  options.fill(c, [name for name in options.TABLE if name != "seed"])
   return c
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from lra import config_record
 from lra.errors import UserError
+from lra.training import options
 from models.settings import SettingError
 
 # The test split of each task's full data (LRA release / the standard downloads), and the
@@ -23,13 +24,14 @@ FULL_TEST = {"listops": 2000, "text": 25000, "retrieval": 17437, "image": 10000,
 FULL_TRAIN = {"listops": 96000, "text": 22500, "retrieval": 147086, "image": 45000,
               "pathfinder": 160000, "pathx": 160000}
 
-# Config fields that do not change what a run measures: seeds (another draw of the same
-# setup), the compute dtype, where data lives, and the cadence of logs, evaluations and saves.
-_IGNORED = {"seed", "data.seed", "data.split_seed", "data.data_dir", "data.workers",
-            "data.generate_if_missing", "model.dtype", "eval_batch_size", "log_every",
-            "eval_every", "checkpoint_every", "keep_checkpoints", "progress",
-            "log_all_processes", "compilation_cache_dir", "profile_steps",
-            "max_train_time_s"}  # a limit that ended the run shows as `stopped_early`
+# Config fields that do not change what a run measures: the trainer's are flagged in
+# lra/training/options.py (seeds, the cadence of logs, evaluations and saves, a time limit,
+# which shows as `stopped_early`); the others are not trainer settings (the task configs set the
+# data, the encoder its dtype), so they are named here, beside their one use: the data's seeds
+# (another draw of the same setup), where data lives and how it is made, the compute dtype.
+_IGNORED = options.IGNORED_BY_COMPARISON | {
+    "data.seed", "data.split_seed", "data.data_dir", "data.workers", "data.generate_if_missing",
+    "model.dtype"}
 
 
 # Data settings that leave the examples as they are (where they live, how they are made, where

@@ -6,38 +6,29 @@ from __future__ import annotations
 import jax
 
 from lra.errors import UserError
-from lra.training import optim, profiling
+from lra.training import options, profiling
 from models import registry
 from models import settings as s
 
-# Trainer settings of configs/base.py -> the values that can be right.
-RULES = {
-    "batch_size": s.Int(1), "eval_batch_size": s.Int(1), "num_train_steps": s.Int(1),
-    "max_train_time_s": s.Float(0.0),  # 0 = no limit
-    "warmup_steps": s.Int(0), "schedule": s.Choice(optim.SCHEDULES),
-    "learning_rate": s.Float(0.0, open="low"),
-    "ssm_learning_rate": s.Float(0.0),  # 0 = the same as learning_rate
-    "weight_decay": s.Float(0.0), "adam_b1": s.Float(0.0, 1.0, open="high"),
-    "adam_b2": s.Float(0.0, 1.0, open="high"), "adam_eps": s.Float(0.0, open="low"),
-    "grad_clip_norm": s.Float(0.0),  # 0 = off
-    "log_every": s.Int(1), "eval_every": s.Int(1), "checkpoint_every": s.Int(1),
-    # At least one resumable checkpoint: Orbax's 0 would keep none, and -1 is its error.
-    "keep_checkpoints": s.Int(1),
-}
+# The trainer's rules are in lra/training/options.py; these data settings are set by each task
+# config, so their rules stay here beside their one use.
 DATA_RULES = {"max_len": s.Int(1), "size": s.Int(1)}  # tokens per example, image side
 
 
 def _check(key: str, value, rule) -> None:
-  if not rule.ok(value):
-    raise UserError(f"{key}={value!r} is not valid: {rule.allowed()}")
+  """models.settings' check, raised as the trainer's user error (the same one line)."""
+  try:
+    s.check(key, value, rule)
+  except s.SettingError as e:
+    raise UserError(str(e)) from None
 
 
 def check_config(config, devices: int) -> None:
   """Refuses a config that cannot be right, naming the setting and the values allowed;
   `devices`: how many devices split each batch."""
-  for key, rule in RULES.items():
-    if key in config:
-      _check(f"config.{key}", config[key], rule)
+  for key, option in options.TABLE.items():
+    if option.rule is not None and key in config:
+      _check(f"config.{key}", config[key], option.rule)
   for key, rule in DATA_RULES.items():
     if key in config.data:
       _check(f"config.data.{key}", config.data[key], rule)

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import optax
 
 from lra.errors import UserError
+from lra.training.options import SCHEDULES  # declared without JAX, for configs
 from models import registry
 
-SCHEDULES = ("rsqrt", "cosine", "constant")
 SSM, OTHER, FROZEN = "ssm", "other", "frozen"  # parameter groups (FROZEN: not trained)
 
 

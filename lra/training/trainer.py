@@ -18,7 +18,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import models
-from lra import config_record, paths
+from lra import config_record, hardware, paths
 from lra.data import batches, tasks
 from lra.errors import UserError
 from lra.training import (checkpoint, config_checks, faults, optim, preemption, profiling,
@@ -150,10 +150,12 @@ def evaluate(eval_step, state, split, batch_size: int, sharding,
 
 
 def describe_hardware() -> dict[str, Any]:
+  """The devices, and the host CPU's model and family (XLA's CPU code may round differently on
+  another family: tests/test_stored_results.py reads it)."""
   device = jax.devices()[0]
   return {"platform": device.platform, "device_kind": device.device_kind,
           "device_count": jax.device_count(), "process_count": jax.process_count(),
-          "jax_version": jax.__version__}
+          "jax_version": jax.__version__, **hardware.describe_cpu()}
 
 
 def _write_json(path, obj) -> None:

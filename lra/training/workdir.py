@@ -10,14 +10,12 @@ import jax
 
 from lra import config_record, paths
 from lra.errors import UserError
+from lra.training import options
 
-# Settings that only extend or observe a run: they may change on a resume (and are recorded).
-# Every other setting changes what the run computes. num_train_steps is one of them only
-# where the schedule depends on it (cosine).
-OBSERVING = frozenset({
-    "num_train_steps", "max_train_time_s", "eval_every", "log_every", "checkpoint_every", "keep_checkpoints",
-    "progress", "log_all_processes", "compilation_cache_dir", "profile_steps",
-    "data.workers", "data.generate_if_missing"})
+# Data settings that only say how the data is read or made: they may change on a resume. Not
+# trainer settings (each task config sets its own data), so they are named here, beside their
+# one use; the trainer's are flagged in lra/training/options.py.
+DATA_OBSERVING = frozenset({"data.workers", "data.generate_if_missing"})
 ALLOW_FLAG = "--allow_config_change"
 DIVERGED = "diverged.json"  # a list of {"step": first bad step seen, "last_checkpoint": ...}
 
@@ -55,9 +53,9 @@ def differences(old: dict, new: dict) -> dict[str, list]:
 
 
 def changes_result(key: str, schedule: str) -> bool:
-  if key == "num_train_steps":
-    return schedule == "cosine"  # the cosine decay spans num_train_steps
-  return key not in OBSERVING
+  """Whether a change of setting `key` (dotted) on a resume changes what the run computes;
+  settings that only extend or observe a run may change (and are recorded)."""
+  return key not in DATA_OBSERVING and not options.may_change_on_resume(key, schedule)
 
 
 def read_json(path):

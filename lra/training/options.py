@@ -1,0 +1,109 @@
+"""The trainer's settings, declared once: default, value rule, what each is for, whether it may
+change when a run is resumed, and whether the comparison with the paper ignores it.
+
+configs/base.py fills its trainer section from TABLE, lra/training/config_checks.py checks the
+rules, lra/training/workdir.py asks `may_change_on_resume`, and lra/reporting/comparable.py
+reads IGNORED_BY_COMPARISON. Adding a trainer setting is one row here (and its test).
+Plain Python, no JAX: configs/base.py imports this module while a config loads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from models import settings as s
+
+SCHEDULES = ("rsqrt", "cosine", "constant")  # lra.training.optim builds each one
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+  """One trainer setting. `default` may be a function (called each time a config is made).
+  `rule` None: no range to check here. `resume`: may change on a resume (it only extends or
+  observes the run), except under the schedules in `fixed_under` (the schedule spans it).
+  `ignored`: the paper comparison ignores it (it does not change what the run measures)."""
+  default: Any
+  rule: Any
+  doc: str
+  resume: bool = False
+  ignored: bool = False
+  fixed_under: tuple[str, ...] = ()
+
+
+def _cache_dir() -> str:
+  return os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "lra", "jax_cache")
+
+
+# In the order configs/base.py lays them out. Observing settings may change on a resume (and are
+# recorded); the comparison ignores seeds (another draw of the same setup) and the cadence of
+# logs, evaluations and saves.
+TABLE: dict[str, Option] = {
+    "seed": Option(0, None, "parameters, dropout and data order all follow from it",
+                   ignored=True),
+    "batch_size": Option(32, s.Int(1), "global batch, split over all devices and hosts"),
+    "eval_batch_size": Option(32, s.Int(1), "global batch for validation and test",
+                              ignored=True),
+    "num_train_steps": Option(5000, s.Int(1), "training steps (a resume may add more)",
+                              resume=True, fixed_under=("cosine",)),
+    # A limit that ended the run shows as `stopped_early` in results.json.
+    "max_train_time_s": Option(0.0, s.Float(0.0), "training seconds (over resumes), then end "
+                               "as at the last step; 0 = no limit", resume=True, ignored=True),
+    "schedule": Option("rsqrt", s.Choice(SCHEDULES), '"rsqrt" (warmup then 1/sqrt(t)), '
+                       '"cosine" or "constant"'),
+    "learning_rate": Option(0.05, s.Float(0.0, open="low"), "peak factor of the schedule"),
+    "ssm_learning_rate": Option(0.0, s.Float(0.0), "peak for a state-space mixer's "
+                                "OPTIMIZER_GROUP (its step size, A, B: no weight decay); 0 = "
+                                "the same as learning_rate. Other models ignore it"),
+    "warmup_steps": Option(1000, s.Int(0), "linear warmup steps of the schedule"),
+    "weight_decay": Option(0.1, s.Float(0.0), "AdamW decoupled weight decay"),
+    "adam_b1": Option(0.9, s.Float(0.0, 1.0, open="high"), "AdamW's first-moment decay"),
+    "adam_b2": Option(0.98, s.Float(0.0, 1.0, open="high"), "AdamW's second-moment decay"),
+    "adam_eps": Option(1e-9, s.Float(0.0, open="low"), "AdamW's epsilon"),
+    "grad_clip_norm": Option(0.0, s.Float(0.0), "global-norm clipping; 0 = off"),
+    "log_every": Option(100, s.Int(1), "train metrics to metrics.jsonl / TensorBoard",
+                        resume=True, ignored=True),
+    "eval_every": Option(500, s.Int(1), "validation (and a checkpoint) every this many steps",
+                         resume=True, ignored=True),
+    "checkpoint_every": Option(500, s.Int(1), "checkpoint for resuming", resume=True,
+                               ignored=True),
+    # At least one resumable checkpoint: Orbax's 0 would keep none, and -1 is its error.
+    "keep_checkpoints": Option(2, s.Int(1), "resumable checkpoints kept (plus the best one)",
+                               resume=True, ignored=True),
+    "progress": Option(True, None, "progress bar with steps/s and ETA (only when stderr is a "
+                       "terminal; a log file gets one line per log_every instead)",
+                       resume=True, ignored=True),
+    "log_all_processes": Option(False, None, "multi-host: every process prints its log "
+                                "lines, not only 0", resume=True, ignored=True),
+    "compilation_cache_dir": Option(_cache_dir, None, "JAX's persistent compilation cache, so "
+                                    "a resumed or repeated run skips most compiling; shared by "
+                                    "all runs of this user (\"\" = off)", resume=True,
+                                    ignored=True),
+    # Its form is checked by lra.training.profiling.profile_range.
+    "profile_steps": Option("", None, '"START,STOP": a jax.profiler trace of the STOP-START '
+                            'train steps after step START (e.g. "10,15": steps 11 to 15 of the '
+                            'log) into WORKDIR/profile, for XProf (TensorBoard\'s profile '
+                            'plugin) or Perfetto; "" = off', resume=True, ignored=True),
+}
+
+IGNORED_BY_COMPARISON = frozenset(name for name, o in TABLE.items() if o.ignored)
+
+
+def default(name: str) -> Any:
+  """The default of trainer setting `name` (a function's value where it is one)."""
+  value = TABLE[name].default
+  return value() if callable(value) else value
+
+
+def fill(config, names) -> None:
+  """Sets the trainer settings `names` of `config` to their defaults, in the table's order."""
+  for name in TABLE:
+    if name in names:
+      config[name] = default(name)
+
+
+def may_change_on_resume(name: str, schedule: str) -> bool:
+  """Whether trainer setting `name` may change on a resume under `schedule` (False for a name
+  that is not a trainer setting)."""
+  option = TABLE.get(name)
+  return option is not None and option.resume and schedule not in option.fixed_under

@@ -1,0 +1,77 @@
+"""The trainer's settings table (lra/training/options.py) is what configs/base.py holds, what
+the config checks refuse, what a resume may change and what the paper comparison ignores."""
+import ml_collections
+import pytest
+
+from configs import base, listops
+from lra.errors import UserError
+from lra.reporting import comparable
+from lra.training import config_checks, optim, options, workdir
+from models import settings
+
+NOT_TRAINER = ("task", "data", "model")  # the other top-level fields of configs/base.py
+# The flags as they were before the table (workdir.OBSERVING, comparable._IGNORED), written
+# out so that a flag lost from the table fails here.
+OBSERVING = {"num_train_steps", "max_train_time_s", "eval_every", "log_every",
+             "checkpoint_every", "keep_checkpoints", "progress", "log_all_processes",
+             "compilation_cache_dir", "profile_steps", "data.workers",
+             "data.generate_if_missing"}
+IGNORED = {"seed", "data.seed", "data.split_seed", "data.data_dir", "data.workers",
+           "data.generate_if_missing", "model.dtype", "eval_batch_size", "log_every",
+           "eval_every", "checkpoint_every", "keep_checkpoints", "progress",
+           "log_all_processes", "compilation_cache_dir", "profile_steps", "max_train_time_s"}
+
+
+def test_base_config_holds_the_table_in_its_order_with_its_defaults():
+  c = base.base_config("transformer")
+  fields = list(c._fields)  # the order of assignment (keys() and to_dict() sort)
+  assert fields[:2] == ["task", "seed"]  # the seed first, the rest after the model's
+  assert [k for k in fields if k not in NOT_TRAINER] == list(options.TABLE)
+  for name in options.TABLE:
+    assert c[name] == options.default(name), name
+    assert type(c[name]) is type(options.default(name)), name  # ConfigDict keeps the type
+
+
+def test_the_cache_dir_default_follows_xdg_cache_home_when_the_config_loads(monkeypatch):
+  monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
+  assert base.base_config("transformer").compilation_cache_dir == "/somewhere/lra/jax_cache"
+  monkeypatch.delenv("XDG_CACHE_HOME")
+  assert base.base_config("transformer").compilation_cache_dir == "~/.cache/lra/jax_cache"
+
+
+def test_every_setting_has_a_one_line_doc_and_a_models_settings_rule():
+  for name, option in options.TABLE.items():
+    assert option.doc and "\n" not in option.doc, name
+    assert option.rule is None or isinstance(
+        option.rule, (settings.Int, settings.Float, settings.Choice)), name
+  assert options.TABLE["schedule"].rule.values == optim.SCHEDULES
+
+
+def _with(config, name, value):
+  """`config` with `name` set to `value` whatever its type (a ConfigDict field keeps its type)."""
+  return ml_collections.ConfigDict({**config.to_dict(), name: value})
+
+
+@pytest.mark.parametrize("name", [n for n, o in options.TABLE.items() if o.rule is not None])
+def test_each_rule_refuses_its_bad_values_in_one_line(name):
+  config = listops.get_config("transformer,cpu")
+  config_checks.check_config(config, 1)  # the defaults pass
+  rule = options.TABLE[name].rule
+  for bad in rule.bad_values():
+    with pytest.raises(UserError) as e:
+      config_checks.check_config(_with(config, name, bad), 1)
+    assert str(e.value) == f"config.{name}={bad!r} is not valid: {rule.allowed()}"
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("schedule", ["rsqrt", "cosine", "constant"])
+def test_what_a_resume_may_change_is_what_it_was(schedule):
+  observing = OBSERVING - ({"num_train_steps"} if schedule == "cosine" else set())
+  others = {"task", "model.dtype", "model.attention.implementation", "data.max_len"}
+  for key in {*options.TABLE, *OBSERVING, *others}:
+    assert workdir.changes_result(key, schedule) == (key not in observing), (key, schedule)
+
+
+def test_what_the_paper_comparison_ignores_is_what_it_was():
+  assert comparable._IGNORED == IGNORED
+  assert options.IGNORED_BY_COMPARISON == IGNORED & set(options.TABLE)
