@@ -6,7 +6,7 @@ import ml_collections
 from configs import table
 from lra.errors import UserError
 from lra.training import options
-from models import registry
+from models import registry, settings
 
 OPTIONS = ("cpu", "paper")
 
@@ -39,20 +39,12 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   # The mixer's own settings, passed straight to it; starts from its defaults, so every one of
   # them can be overridden (--config.model.attention.NAME=...) and no other key exists.
   c.model.attention = ml_collections.ConfigDict(registry.default_settings(model))
-  # Sizes (num_layers, emb_dim, qkv_dim, mlp_dim, num_heads) come per task from configs/table.py.
-  c.model.dropout_rate = 0.1     # residual, MLP and embedding dropout
-  # Dropout on attention weights; 0 for a mixer that has none (its ATTENTION_DROPOUT).
-  c.model.attention_dropout_rate = 0.1 if registry.takes_attention_dropout(model) else 0.0
-  c.model.positions = "sinusoidal"  # "sinusoidal", "learned" or "none"
-  c.model.use_cls = True         # prepend a zero-initialised CLS token
-  c.model.pooling = "CLS"        # "CLS", "MEAN" or "SUM" (padding excluded)
-  c.model.dtype = "float32"      # compute dtype; "bfloat16" on GPU/TPU (params stay float32)
-  c.model.norm = "layer"         # block norms: "layer", or "batch" (per channel over the batch
-                                 # and the real tokens, running averages for evaluation)
-  c.model.prenorm = True         # x + f(norm(x)); False: post-norm norm(x + f(x)), no final norm
-  c.model.feedforward = True     # False: blocks without the MLP (mixers with their own output MLP)
-  c.model.ffn_chunks = 1         # run the block MLP over this many sequence chunks (less memory)
-  c.model.reversible = False     # reversible residual layers: activation memory flat in depth
+  # The encoder's settings, each documented once with its default and check in
+  # models/settings.py (EncoderConfig). The sizes (num_layers, emb_dim, qkv_dim, mlp_dim,
+  # num_heads) come per task from configs/table.py.
+  c.model.update(settings.encoder_defaults())
+  if not registry.takes_attention_dropout(model):  # no attention weights (ATTENTION_DROPOUT)
+    c.model.attention_dropout_rate = 0.0
 
   # The trainer's settings after the model's, in the order of its table (defaults, value rules
   # and what each is for: lra/training/options.py).

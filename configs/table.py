@@ -2,13 +2,16 @@
 
 Every task config calls `apply` (through base.finish) last, so the choices below are the
 only place where a model's size, pooling, positions or a mixer setting depends on the task or
-on the model. Trainer settings (steps, batch, learning rate) stay in the task's own config;
-a mixer's defaults stay in its module; the state-space papers' own tables are in
-configs/published/ (applied here, after this table).
+on the model. What a mixer needs on every task is a fact of the mixer, kept on its class
+(ENCODER_SETTINGS, SETTINGS_WHEN; models/common.py) and read here through the registry.
+Trainer settings (steps, batch, learning rate) stay in the task's own config; a mixer's
+defaults stay in its module; the state-space papers' own tables are in configs/published/
+(applied here, after this table).
 """
 from __future__ import annotations
 
 from configs import published
+from models import registry
 
 _SIZE_KEYS = ("num_layers", "emb_dim", "qkv_dim", "mlp_dim", "num_heads")
 
@@ -51,17 +54,10 @@ TASK = {
     "retrieval": dict(pair_features="uvpd"),  # [u, v, u*v, u-v]; "uv" = the shipped code's
 }
 
-# Encoder settings a model needs on every task (the mixer's design; its docstring says why).
-MODEL = {
-    "fnet": dict(prenorm=False),  # the paper's post-LayerNorm block
-    "s4d": dict(positions="none"),  # the convolution encodes order
-    # The recurrence encodes order and pools by the mean of the real tokens (no CLS token).
-    "s5": dict(positions="none", pooling="MEAN", use_cls=False),
-    "lru": dict(positions="none", pooling="MEAN", use_cls=False),
-    # Relative positions only; MEAN pooling, so no CLS token either (a CLS token at position 0
-    # would see only itself and add its vector to the mean).
-    "transformer_xl": dict(positions="none", pooling="MEAN", use_cls=False),
-}
+# Encoder settings a model needs on every task: each mixer's ENCODER_SETTINGS (its class
+# comment says why), gathered for reading; `apply` asks the registry, for any mixer.
+MODEL = {name: settings for name in registry.names()
+         if (settings := registry.encoder_settings(name))}
 
 # Mixer settings (config.model.attention) per (task, model).
 ATTENTION = {
@@ -84,9 +80,9 @@ def apply(c, options: set[str]):
   if "cpu" in options:
     c.model.update(sizes["cpu"])
   c.model.update(TASK.get(task, {}))
-  c.model.update(MODEL.get(model, {}))
+  c.model.update(registry.encoder_settings(model))
   c.model.attention.update(ATTENTION.get((task, model), {}))
   published.apply(c, options)
-  if model == "sparse_transformer" and c.model.num_heads == 1:
-    c.model.attention.combine = "merged"  # one head cannot hold two patterns
+  # Mixer settings that follow from the encoder's (e.g. one-head Sparse Transformers merge).
+  c.model.attention.update(registry.settings_when(model, c.model))
   return c

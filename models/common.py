@@ -33,6 +33,14 @@ class Mixer(nn.Module):
   # False for a mixer with no attention weights to drop: it refuses attention_dropout_rate > 0
   # instead of ignoring it, and configs set 0 for it (registry.takes_attention_dropout).
   ATTENTION_DROPOUT = True
+  # Encoder settings (models.settings.EncoderConfig) the mixer needs on every task, e.g.
+  # {"positions": "none"}, with a comment saying why; configs and the tests' tiny models apply
+  # them (registry.encoder_settings).
+  ENCODER_SETTINGS = {}
+  # Mixer settings that follow from encoder settings: ((condition, settings), ...), where the
+  # condition is a dict of encoder settings; configs apply the settings of each condition that
+  # their encoder settings meet (registry.settings_when).
+  SETTINGS_WHEN = ()
 
   def __post_init__(self):
     self.check_settings()

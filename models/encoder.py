@@ -10,12 +10,9 @@ import numpy as np
 
 from models import registry, reversible
 from models import settings as s
+from models.settings import NORMS, POOLINGS, POSITIONS, EncoderConfig
 
-POOLINGS = ("CLS", "MEAN", "SUM")
 PAIR_FEATURES = ("uvpd", "uv")  # [u, v, u*v, u-v] (the paper) or [u, v] (the code shipped)
-POSITIONS = ("sinusoidal", "learned", "none")  # "none": the mixer encodes positions itself
-NORMS = ("layer", "batch")
-DTYPES = ("float32", "bfloat16", "float16")  # compute dtype; parameters stay float32
 # BatchNorm's running averages: new = 0.9 old + 0.1 batch (PyTorch's default, as S4's runs used).
 BATCH_NORM_MOMENTUM = 0.9
 
@@ -109,41 +106,32 @@ class Block(nn.Module):
   Pre-norm (default): x + dropout(f(norm(x))); post-norm: norm(x + dropout(f(x))).
   With `branch` ("mixer" or "mlp") it returns that sub-layer's residual branch alone,
   dropout(f(norm(x))): the f and g of a reversible layer (models/reversible.py).
-  Parameter names: mixer, LayerNorm_0 (or BatchNorm_0), LayerNorm_1, MLP_0.
+  Parameter names: mixer, LayerNorm_0 (or BatchNorm_0), LayerNorm_1, MLP_0. Its settings are
+  the encoder's `config`.
   """
   layer_index: int
   mixer: str
   mixer_settings: Any
   shared: Any  # the module shared by every block's mixer (registry.make_shared), or None
-  num_heads: int
-  qkv_dim: int
-  mlp_dim: int
-  dropout_rate: float
-  attention_dropout_rate: float
-  dtype: str
-  ffn_chunks: int = 1
-  feedforward: bool = True
-  norm: str = "layer"
-  prenorm: bool = True
+  config: EncoderConfig
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool, branch: str | None = None):
-    drop = nn.Dropout(self.dropout_rate)
+    c = self.config
+    drop = nn.Dropout(c.dropout_rate)
 
     def mixer(h_BxLxD):
-      module = registry.make(self.mixer, dict(self.mixer_settings), num_heads=self.num_heads,
-                             qkv_dim=self.qkv_dim, dropout_rate=self.attention_dropout_rate,
-                             dtype=self.dtype, layer_index=self.layer_index,
-                             shared=self.shared, name="mixer")
+      module = make_mixer(self.mixer, self.mixer_settings, c, layer_index=self.layer_index,
+                          shared=self.shared, name="mixer")
       return module(h_BxLxD, mask_BxL, deterministic=deterministic)
 
     def mlp(h_BxLxD):
-      return MLP(self.mlp_dim, self.dropout_rate, self.dtype, self.ffn_chunks,
+      return MLP(c.mlp_dim, c.dropout_rate, c.dtype, c.ffn_chunks,
                  name="MLP_0")(h_BxLxD, deterministic=deterministic)
 
     def norm(index, h_BxLxD):  # explicit names: a branch alone builds the same ones
-      name = f"{'LayerNorm' if self.norm == 'layer' else 'BatchNorm'}_{index}"
-      return normalize(self.norm, self.dtype, h_BxLxD, mask_BxL, deterministic=deterministic,
+      name = f"{'LayerNorm' if c.norm == 'layer' else 'BatchNorm'}_{index}"
+      return normalize(c.norm, c.dtype, h_BxLxD, mask_BxL, deterministic=deterministic,
                        name=name)
 
     def residual_branch(index, f, h_BxLxD):
@@ -154,13 +142,27 @@ class Block(nn.Module):
         raise ValueError(f"unknown branch {branch!r}; valid: mixer, mlp")
       return residual_branch(0, mixer, x_BxLxD) if branch == "mixer" else \
           residual_branch(1, mlp, x_BxLxD)
-    sublayers = [mixer, mlp] if self.feedforward else [mixer]
+    sublayers = [mixer, mlp] if c.feedforward else [mixer]
     for index, f in enumerate(sublayers):
-      if self.prenorm:
+      if c.prenorm:
         x_BxLxD = x_BxLxD + residual_branch(index, f, x_BxLxD)
       else:
         x_BxLxD = norm(index, x_BxLxD + drop(f(x_BxLxD), deterministic=deterministic))
     return x_BxLxD
+
+
+def make_mixer(mixer: str, settings, config: EncoderConfig, **fields):
+  """The token mixer `mixer` with its `settings` and the encoder fields it takes from `config`
+  (registry.make; `fields`: layer_index, shared, name, length)."""
+  return registry.make(mixer, dict(settings), num_heads=config.num_heads,
+                       qkv_dim=config.qkv_dim, dropout_rate=config.attention_dropout_rate,
+                       dtype=config.dtype, **fields)
+
+
+def make_shared(mixer: str, settings, config: EncoderConfig):
+  """The module every block's `mixer` shares (registry.make_shared), or None."""
+  return registry.make_shared(mixer, settings, num_heads=config.num_heads,
+                              qkv_dim=config.qkv_dim, dtype=config.dtype)
 
 
 class _BlockBranch(nn.Module):
@@ -170,91 +172,81 @@ class _BlockBranch(nn.Module):
   custom VJP; it builds its own copy of the encoder's shared module, so the shared parameters
   are passed in (and get their gradient) like the block's own.
   """
-  block: Any  # Block's fields other than layer_index, shared and name (a dict)
+  mixer: str
+  mixer_settings: Any
+  config: EncoderConfig
   layer_index: int
 
   @nn.compact
   def __call__(self, branch, x_BxLxD, mask_BxL, *, deterministic: bool):
-    b = self.block
-    shared = registry.make_shared(b["mixer"], b["mixer_settings"], num_heads=b["num_heads"],
-                                  qkv_dim=b["qkv_dim"], dtype=b["dtype"])
-    block = Block(layer_index=self.layer_index, shared=shared, name="block", **b)
+    shared = make_shared(self.mixer, self.mixer_settings, self.config)
+    block = Block(self.layer_index, self.mixer, self.mixer_settings, shared, self.config,
+                  name="block")
     return block(x_BxLxD, mask_BxL, deterministic=deterministic, branch=branch)
 
 
 class Encoder(nn.Module):
-  """Tokens BxL -> pooled features BxD. Token id 0 is padding unless a mask is given."""
+  """Tokens BxL -> pooled features BxD. Token id 0 is padding unless a mask is given.
+
+  Every encoder setting is in `config` (models.settings.EncoderConfig), which the blocks share.
+  """
   vocab_size: int
   max_len: int
   mixer: str = "transformer"
   mixer_settings: Any = None  # dict passed straight to the mixer
-  emb_dim: int = 512
-  num_heads: int = 8
-  qkv_dim: int = 512
-  mlp_dim: int = 1024
-  num_layers: int = 4
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
-  positions: str = "sinusoidal"
-  use_cls: bool = True
-  pooling: str = "CLS"
-  dtype: str = "float32"
-  ffn_chunks: int = 1  # the block MLP over this many sequence chunks (less memory, same math)
-  feedforward: bool = True  # False: blocks without the MLP sub-layer (mixers with their own)
-  norm: str = "layer"  # "layer" or "batch" (over batch and real tokens; running averages)
-  prenorm: bool = True  # False: post-norm blocks, norm(x + f(x)), and no final norm
-  reversible: bool = False  # reversible residual layers (models/reversible.py)
+  config: EncoderConfig = EncoderConfig()
 
   @nn.compact
   def __call__(self, inputs_BxL, mask_BxL=None, *, deterministic: bool = True):
+    c = self.config
     batch, length = inputs_BxL.shape
     if length > self.max_len:
       raise ValueError(f"input length {length} exceeds the model's max_len {self.max_len}")
     if mask_BxL is None:
       mask_BxL = inputs_BxL != 0
-    x_BxLxD = nn.Embed(self.vocab_size, self.emb_dim,
+    x_BxLxD = nn.Embed(self.vocab_size, c.emb_dim,
                        embedding_init=nn.initializers.normal(stddev=1.0),
                        name="embed")(inputs_BxL.astype(jnp.int32))
-    if self.use_cls:
+    if c.use_cls:
       # A zero-initialised learned token in front; its position is 0 (max_len + 1 positions).
-      cls_1x1xD = self.param("cls", nn.initializers.zeros, (1, 1, self.emb_dim))
-      x_BxLxD = jnp.concatenate([jnp.broadcast_to(cls_1x1xD, (batch, 1, self.emb_dim)),
+      cls_1x1xD = self.param("cls", nn.initializers.zeros, (1, 1, c.emb_dim))
+      x_BxLxD = jnp.concatenate([jnp.broadcast_to(cls_1x1xD, (batch, 1, c.emb_dim)),
                                  x_BxLxD], axis=1)
       mask_BxL = jnp.concatenate([jnp.ones((batch, 1), bool), mask_BxL], axis=1)
     total = x_BxLxD.shape[1]
-    table = self.max_len + int(self.use_cls)
-    if self.positions == "sinusoidal":
-      pos_LxD = jnp.asarray(sinusoidal_positions(table, self.emb_dim))[:total]
-    elif self.positions == "learned":
+    table = self.max_len + int(c.use_cls)
+    if c.positions == "sinusoidal":
+      pos_LxD = jnp.asarray(sinusoidal_positions(table, c.emb_dim))[:total]
+    elif c.positions == "learned":
       pos_LxD = self.param("pos_embed", nn.initializers.normal(stddev=0.02),
-                           (table, self.emb_dim))[:total]
-    elif self.positions == "none":
-      pos_LxD = jnp.zeros((total, self.emb_dim), jnp.float32)
+                           (table, c.emb_dim))[:total]
+    elif c.positions == "none":
+      pos_LxD = jnp.zeros((total, c.emb_dim), jnp.float32)
     else:
-      raise ValueError(f"unknown positions {self.positions!r}; valid: {', '.join(POSITIONS)}")
-    x_BxLxD = (x_BxLxD + pos_LxD[None]).astype(self.dtype)
-    x_BxLxD = nn.Dropout(self.dropout_rate)(x_BxLxD, deterministic=deterministic)
-    settings = self.mixer_settings or {}
-    shared = registry.make_shared(self.mixer, settings, num_heads=self.num_heads,
-                                  qkv_dim=self.qkv_dim, dtype=self.dtype)
-    block = dict(mixer=self.mixer, mixer_settings=settings, num_heads=self.num_heads,
-                 qkv_dim=self.qkv_dim, mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate,
-                 attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
-                 ffn_chunks=self.ffn_chunks, feedforward=self.feedforward, norm=self.norm,
-                 prenorm=self.prenorm)
-    if self.reversible:
-      x_BxLxD = self._reversible_blocks(block, shared, x_BxLxD, mask_BxL, deterministic)
+      raise ValueError(f"unknown positions {c.positions!r}; valid: {', '.join(POSITIONS)}")
+    x_BxLxD = (x_BxLxD + pos_LxD[None]).astype(c.dtype)
+    x_BxLxD = nn.Dropout(c.dropout_rate)(x_BxLxD, deterministic=deterministic)
+    shared = make_shared(self.mixer, self.settings, c)
+    if c.reversible:
+      x_BxLxD = self._reversible_blocks(shared, x_BxLxD, mask_BxL, deterministic)
     else:
-      for i in range(self.num_layers):
-        x_BxLxD = Block(i, shared=shared, name=f"block_{i}", **block)(
-            x_BxLxD, mask_BxL, deterministic=deterministic)
-    if self.prenorm:  # post-norm blocks end normalised already
-      x_BxLxD = normalize(self.norm, self.dtype, x_BxLxD, mask_BxL,
+      for i in range(c.num_layers):
+        x_BxLxD = self._block(i, shared)(x_BxLxD, mask_BxL, deterministic=deterministic)
+    if c.prenorm:  # post-norm blocks end normalised already
+      x_BxLxD = normalize(c.norm, c.dtype, x_BxLxD, mask_BxL,
                           deterministic=deterministic, name="final_norm")
     x_BxLxD = x_BxLxD.astype(jnp.float32)
-    return pool(x_BxLxD, mask_BxL, self.pooling)
+    return pool(x_BxLxD, mask_BxL, c.pooling)
 
-  def _reversible_blocks(self, block, shared, x_BxLxD, mask_BxL, deterministic):
+  @property
+  def settings(self) -> dict:
+    """The mixer's settings ({} when none are given)."""
+    return self.mixer_settings or {}
+
+  def _block(self, index: int, shared) -> Block:
+    return Block(index, self.mixer, self.settings, shared, self.config, name=f"block_{index}")
+
+  def _reversible_blocks(self, shared, x_BxLxD, mask_BxL, deterministic):
     """The blocks as reversible layers: f = the mixer branch, g = the MLP branch.
 
     Parameters keep the plain layout (block_{i}/mixer, LayerNorm_0, LayerNorm_1, MLP_0 and the
@@ -263,24 +255,24 @@ class Encoder(nn.Module):
     the embedding and end averaged, (x1 + x2) / 2, so the width stays D and no parameter is
     added.
     """
+    num_layers = self.config.num_layers
     if self.is_initializing():  # create the parameters (plain autodiff; nothing is differentiated)
-      blocks = [Block(i, shared=shared, name=f"block_{i}", **block)
-                for i in range(self.num_layers)]
+      blocks = [self._block(i, shared) for i in range(num_layers)]
 
       def bound(branch):
         return lambda i, p, s, x, mask, key: blocks[i](x, mask, deterministic=deterministic,
                                                        branch=branch)
 
-      y1, y2 = reversible.stack(bound("mixer"), bound("mlp"), {}, [{}] * self.num_layers,
+      y1, y2 = reversible.stack(bound("mixer"), bound("mlp"), {}, [{}] * num_layers,
                                 x_BxLxD, x_BxLxD, mask_BxL, recompute=False)
       return (y1 + y2) / 2
     params = self.variables["params"]
     shared_params = {} if shared is None else {shared.name: params[shared.name]}
-    layer_params = [params[f"block_{i}"] for i in range(self.num_layers)]
+    layer_params = [params[f"block_{i}"] for i in range(num_layers)]
 
     def functional(branch):
       def apply(i, p, s, x, mask, key):
-        module = _BlockBranch(block, i, parent=None)
+        module = _BlockBranch(self.mixer, self.settings, self.config, i, parent=None)
         return module.apply({"params": {"block": p, **s}}, branch, x, mask,
                             deterministic=deterministic,
                             rngs={} if key is None else {"dropout": key})
@@ -314,7 +306,7 @@ class Classifier(nn.Module):
   def __call__(self, inputs_BxL, mask_BxL=None, *, deterministic: bool = True):
     u_BxD = self.encoder(inputs_BxL, mask_BxL, deterministic=deterministic)
     init = nn.initializers.xavier_uniform()
-    h = nn.relu(nn.Dense(self.encoder.mlp_dim, kernel_init=init, name="head_hidden")(u_BxD))
+    h = nn.relu(nn.Dense(self.encoder.config.mlp_dim, kernel_init=init, name="head_hidden")(u_BxD))
     return nn.Dense(self.num_classes, kernel_init=init, name="head_out")(h)
 
 
@@ -337,7 +329,7 @@ class DualClassifier(nn.Module):
       raise ValueError(f"unknown pair_features {self.pair_features!r}; "
                        f"valid: {', '.join(PAIR_FEATURES)}")
     init = nn.initializers.xavier_uniform()
-    mlp = self.encoder.mlp_dim
+    mlp = self.encoder.config.mlp_dim
     h = nn.relu(nn.Dense(mlp, kernel_init=init, name="head_hidden")(features))
     h = nn.relu(nn.Dense(mlp // 2, kernel_init=init, name="head_hidden2")(h))
     return nn.Dense(self.num_classes, kernel_init=init, name="head_out")(h)
@@ -350,49 +342,19 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
   mixer = model.pop("name")
   settings = dict(model.pop("attention", {}) or {})
   pair_features = model.pop("pair_features", "uvpd")
-  fields = {f.name for f in dataclasses.fields(Encoder) if f.init} - {
-      "vocab_size", "max_len", "mixer", "mixer_settings", "parent", "name"}
+  fields = {f.name for f in dataclasses.fields(EncoderConfig)}
   unknown = sorted(set(model) - fields)
   if unknown:
     raise s.SettingError(f"config.model has no setting(s) {', '.join(unknown)}; it takes: "
                          f"name, attention, pair_features, {', '.join(sorted(fields))}")
   if pair:
     s.check(s.model_key("pair_features"), pair_features, s.Choice(PAIR_FEATURES))
-  _check_encoder_options(model)
+  s.check_encoder(model)
+  config = EncoderConfig(**model)
   encoder = Encoder(vocab_size=vocab_size, max_len=max_len, mixer=mixer,
-                    mixer_settings=settings, **model)
+                    mixer_settings=settings, config=config)
   # The mixer as the blocks build it (checked on construction), and with the longest input.
-  registry.make(mixer, settings, length=max_len + int(encoder.use_cls),
-                num_heads=encoder.num_heads, qkv_dim=encoder.qkv_dim,
-                dropout_rate=encoder.attention_dropout_rate, dtype=encoder.dtype)
+  make_mixer(mixer, settings, config, length=max_len + int(config.use_cls))
   if pair:
     return DualClassifier(encoder, num_classes, pair_features)
   return Classifier(encoder, num_classes)
-
-
-_ENCODER_RULES = dict(
-    emb_dim=s.Int(1), num_heads=s.Int(1), qkv_dim=s.Int(1), mlp_dim=s.Int(1),
-    num_layers=s.Int(1), dropout_rate=s.Float(0.0, 1.0, open="high"),
-    attention_dropout_rate=s.Float(0.0, 1.0, open="high"), positions=s.Choice(POSITIONS),
-    use_cls=s.Bool(), pooling=s.Choice(POOLINGS), dtype=s.Choice(DTYPES),
-    ffn_chunks=s.Int(1), feedforward=s.Bool(), norm=s.Choice(NORMS), prenorm=s.Bool(),
-    reversible=s.Bool())
-
-
-def _check_encoder_options(model: dict) -> None:
-  """The encoder's options: valid values, and the combinations they allow together."""
-  for key, rule in _ENCODER_RULES.items():
-    if key in model:
-      s.check(s.model_key(key), model[key], rule)
-  if model.get("pooling") == "CLS" and not model.get("use_cls", True):
-    s.fail(s.model_key("pooling"), "CLS", "'MEAN' or 'SUM' with config.model.use_cls=False "
-           "('CLS' pools the CLS token)")
-  if model.get("reversible", False):
-    # y1 = x1 + f(x2), y2 = x2 + g(y1) needs both branches, inside the residuals.
-    reason = dict(norm=("layer", "the recomputing backward pass cannot rebuild batch statistics"),
-                  prenorm=(True, "a norm after the residual sum cannot be inverted"),
-                  feedforward=(True, "the MLP is the second branch of every reversible layer"))
-    for key, (needed, why) in reason.items():
-      if model.get(key, needed) != needed:
-        s.fail(s.model_key(key), model[key],
-               f"{needed!r} with config.model.reversible=True ({why})")

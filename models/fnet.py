@@ -72,8 +72,8 @@ def fourier_mix(x_BxLxD, *, use_fft: bool = True, normalize: bool = False):
 class FourierMixer(Mixer):
   """FNet's parameter-free Fourier token mixing, padded positions zeroed first.
 
-  Every task runs FNet in the paper's post-LayerNorm block (prenorm=False, configs/table.py);
-  see the module docstring. No weights to drop (dropout_rate must be 0), and the transform runs
+  Every task runs FNet in the paper's post-LayerNorm block (ENCODER_SETTINGS below); see the
+  module docstring. No weights to drop (dropout_rate must be 0), and the transform runs
   in float32 and returns the input's dtype.
   """
   use_fft: bool = True  # False: DFT-matrix products (the paper's TPU path; L x L memory)
@@ -82,6 +82,7 @@ class FourierMixer(Mixer):
   SETTINGS = {"use_fft": s.Bool(), "normalize": s.Bool()}
 
   ATTENTION_DROPOUT = False
+  ENCODER_SETTINGS = {"prenorm": False}  # the paper's post-LayerNorm block
 
   @property
   def SUBQUADRATIC(self) -> bool:  # noqa: N802  (the flag every mixer has)

@@ -53,12 +53,12 @@ class LinformerAttention(HeadsMixer):
   SETTINGS = {"k": s.Int(1), "sharing": s.Choice(SHARINGS)}
   SUBQUADRATIC = True
 
-  @staticmethod
-  def make_shared(settings, **_):
+  @classmethod
+  def make_shared(cls, settings, **_):
     """Called by the encoder in its own scope: one E for all layers when sharing == "layer"."""
     if settings.get("sharing") != "layer":
       return None
-    return SharedProjection(settings.get("k", 16), name="shared_projection")
+    return SharedProjection(settings.get("k", cls.k), name="shared_projection")
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):

@@ -73,11 +73,13 @@ class LRU(SSMMixer):
   bidirectional: bool = False  # add a recurrence from the end with its own C
   tie_dropout: bool = True  # one dropout mask per channel for the whole sequence
 
-  # Leaf names that train with config.ssm_learning_rate and no weight decay (lra/optim.py).
+  # Leaf names that train with config.ssm_learning_rate and no weight decay
+  # (lra/training/optim.py).
   OPTIMIZER_GROUP = ("nu_log", "theta_log", "gamma_log")
-  # The encoder adds no absolute positions to the LRU and mean-pools without a CLS token
-  # (configs/table.py): the recurrence encodes positions itself, and a causal recurrence would
-  # give a CLS token at position 0 nothing to see.
+  # The encoder adds no absolute positions to the LRU and mean-pools the real tokens without a
+  # CLS token: the recurrence encodes order itself, and a causal recurrence would give a CLS
+  # token at position 0 nothing to see.
+  ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
   SETTINGS = {"state_size": s.Int(1), "r_min": s.Float(0.0, 1.0, open="high"),
               "r_max": s.Float(0.0, 1.0, open="low"), "max_phase": s.Float(0.0, open="low"),
               "bidirectional": s.Bool(), "tie_dropout": s.Bool()}

@@ -33,7 +33,7 @@ TINY = 1e-20
 def _orthonormal_columns(g_NxKxK):
   """Q of G = QR with R's diagonal positive (Haar-distributed for Gaussian G), by Gram-Schmidt
   over the columns, projecting twice for float32 accuracy. Plain jnp ops instead of
-  jnp.linalg.qr: the LAPACK call inside a CPU train step was seen to hang the benchmark."""
+  jnp.linalg.qr, whose LAPACK call hung CPU train steps in the benchmark (docs/results.md)."""
   dim = g_NxKxK.shape[-1]
 
   def orthogonalise(j, q_NxKxK):

@@ -4,8 +4,9 @@ Adding a variant means one new file in models/ whose Flax module is decorated wi
 `@register("name")` (or `@registry.register("name")`), and one test file. The registry finds
 the mixers of models/ by reading the source (ast), without importing them: a mixer's module,
 and with it JAX, is imported only when `get` (or `make`) asks for that name. `user_settings`
-and `default_settings` read the class's fields statically too, so loading a config imports
-no JAX. A mixer registered at run time (a test's, or one `eval.py speed --import FILE` loads)
+and `default_settings` read the class's fields statically too, and `takes_attention_dropout`,
+`encoder_settings` and `settings_when` its class constants, so loading a config imports no
+JAX. A mixer registered at run time (a test's, or one `eval.py speed --import FILE` loads)
 is looked up from its class.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import dataclasses
 import functools
 import importlib
 import pathlib
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from models.settings import SettingError
 
@@ -147,13 +148,36 @@ def _static_constant(module: str, cls: str, attr: str) -> Any:
   return _MISSING
 
 
+def _constant(name: str, attr: str, default: Any) -> Any:
+  """The class constant `attr` of mixer `name` (models/common.py's Mixer documents each): read
+  from the source for a mixer of models/, so nothing is imported; from the class for one
+  registered at run time; `default` where none is set."""
+  if name in _index():
+    value = _static_constant(*_index()[name], attr)
+    return default if value is _MISSING else value
+  return getattr(get(name), attr, default)
+
+
 def takes_attention_dropout(name: str) -> bool:
   """Whether mixer `name` has attention weights to drop (its ATTENTION_DROPOUT, models/common.py),
   read without importing it: a config sets attention_dropout_rate 0 for one that has none."""
-  if name in _index():
-    value = _static_constant(*_index()[name], "ATTENTION_DROPOUT")
-    return True if value is _MISSING else bool(value)
-  return bool(getattr(get(name), "ATTENTION_DROPOUT", True))
+  return bool(_constant(name, "ATTENTION_DROPOUT", True))
+
+
+def encoder_settings(name: str) -> dict[str, Any]:
+  """The encoder settings mixer `name` needs on every task (its ENCODER_SETTINGS), read
+  without importing it."""
+  return dict(_constant(name, "ENCODER_SETTINGS", {}))
+
+
+def settings_when(name: str, encoder: Mapping[str, Any]) -> dict[str, Any]:
+  """The mixer settings that mixer `name` takes given the encoder settings `encoder` (a
+  config.model): those of each of its SETTINGS_WHEN conditions that `encoder` meets."""
+  found: dict[str, Any] = {}
+  for condition, settings in _constant(name, "SETTINGS_WHEN", ()):
+    if all(key in encoder and encoder[key] == value for key, value in condition.items()):
+      found.update(settings)
+  return found
 
 
 def names() -> list[str]:

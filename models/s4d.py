@@ -36,7 +36,7 @@ either direction (trailing padding is only ever seen by the backward kernel, as 
 rest of the block is per position.
 
 Optimiser: log_dt, log_A_re, A_im and B are OPTIMIZER_GROUP: trained with
-config.ssm_learning_rate and no weight decay (lra/optim.py), as S4 registers them.
+config.ssm_learning_rate and no weight decay (lra/training/optim.py), as S4 registers them.
 """
 from __future__ import annotations
 
@@ -107,10 +107,12 @@ class S4D(SSMMixer):
   bidirectional: bool = True  # add a kernel over later positions (S4's LRA setting)
   tie_dropout: bool = False  # one dropout mask per channel for the whole sequence
 
-  # Leaf names that train with config.ssm_learning_rate and no weight decay (lra/optim.py).
+  # Leaf names that train with config.ssm_learning_rate and no weight decay
+  # (lra/training/optim.py).
   OPTIMIZER_GROUP = ("log_dt", "log_A_re", "A_im", "B")
-  # The encoder adds no absolute positions to S4D (configs/table.py): the SSM encodes them
-  # itself, as S4's LRA models do.
+  # The encoder adds no absolute positions to S4D: the convolution encodes order itself, as
+  # S4's LRA models do.
+  ENCODER_SETTINGS = {"positions": "none"}
   SETTINGS = {"state_size": s.Int(2), "A_init": s.Choice(INITS),
               "dt_min": s.Float(0.0, open="low"), "dt_max": s.Float(0.0, open="low"),
               "bidirectional": s.Bool(), "tie_dropout": s.Bool()}

@@ -144,10 +144,12 @@ class S5(SSMMixer):
   activation: str = "half_glu1"  # "gelu", "full_glu", "half_glu1" or "half_glu2"
   tie_dropout: bool = True  # one dropout mask per channel for the whole sequence (official)
 
-  # Leaf names that train with config.ssm_learning_rate and no weight decay (lra/optim.py).
+  # Leaf names that train with config.ssm_learning_rate and no weight decay
+  # (lra/training/optim.py).
   OPTIMIZER_GROUP = ("Lambda_re", "Lambda_im", "B", "log_dt")
-  # The encoder adds no absolute positions to S5 and mean-pools without a CLS token
-  # (configs/table.py): the SSM encodes positions itself, and the official S5 pools the mean.
+  # The encoder adds no absolute positions to S5 and mean-pools the real tokens without a CLS
+  # token: the recurrence encodes order itself, and the official S5 pools the mean.
+  ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
   SETTINGS = {"state_size": s.Int(2), "blocks": s.Int(1),
               "discretization": s.Choice(DISCRETIZATIONS), "dt_min": s.Float(0.0, open="low"),
               "dt_max": s.Float(0.0, open="low"), "c_init": s.Choice(C_INITS),

@@ -3,13 +3,16 @@
 A mixer declares one check per user setting in its class attribute SETTINGS (name -> check);
 the mixer base (models/common.py) runs them, and any check across settings, when the mixer is
 built. Each check also lists values it rejects (`bad_values`), so one test can try them all.
-Plain Python, no numpy or JAX: the registry imports this module while a config loads.
+The encoder's settings are declared once, at the end, in EncoderConfig (default, check, doc).
+Plain Python, no numpy or JAX: the registry and configs/base.py import this module while a
+config loads.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 
 class SettingError(Exception):
@@ -151,3 +154,80 @@ def check(key: str, value, rule) -> None:
   """Raises SettingError naming `key` unless `value` passes `rule`."""
   if not rule.ok(value):
     fail(key, value, rule.allowed())
+
+
+# --- the encoder's settings (config.model.*), each declared once ---
+
+POOLINGS = ("CLS", "MEAN", "SUM")
+POSITIONS = ("sinusoidal", "learned", "none")  # "none": the mixer encodes positions itself
+NORMS = ("layer", "batch")
+DTYPES = ("float32", "bfloat16", "float16")  # compute dtype; parameters stay float32
+
+
+def _setting(default, rule, doc: str):
+  """An EncoderConfig field: its default, its check (metadata "rule") and its one-line doc
+  (metadata "doc")."""
+  return dataclasses.field(default=default, metadata=dict(rule=rule, doc=doc))
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+  """The shared encoder's settings, each declared once: default, check and doc.
+
+  configs/base.py starts config.model from these fields and defaults (the sizes then come per
+  task from configs/table.py), models.build checks a config's values against the rules
+  (check_encoder) and builds one of these, and the encoder's Flax modules read it (as Flax
+  lm1b's TransformerConfig). A new encoder setting is one field here, its use and its test.
+  """
+  emb_dim: int = _setting(512, Int(1), "token embedding width, kept by every block")
+  num_heads: int = _setting(8, Int(1), "attention heads (qkv_dim is split over them)")
+  qkv_dim: int = _setting(512, Int(1), "total width of queries, keys and values (all heads)")
+  mlp_dim: int = _setting(1024, Int(1), "hidden width of the block MLP and of the classifier "
+                          "head")
+  num_layers: int = _setting(4, Int(1), "encoder blocks")
+  dropout_rate: float = _setting(0.1, Float(0.0, 1.0, open="high"),
+                                 "residual, MLP and embedding dropout")
+  attention_dropout_rate: float = _setting(
+      0.1, Float(0.0, 1.0, open="high"),
+      "dropout on attention weights; configs give 0 to a mixer that has none (its "
+      "ATTENTION_DROPOUT)")
+  positions: str = _setting("sinusoidal", Choice(POSITIONS),
+                            '"sinusoidal", "learned" or "none" (the mixer encodes positions)')
+  use_cls: bool = _setting(True, Bool(), "prepend a zero-initialised CLS token")
+  pooling: str = _setting("CLS", Choice(POOLINGS), '"CLS", "MEAN" or "SUM" (padding excluded)')
+  dtype: str = _setting("float32", Choice(DTYPES),
+                        'compute dtype; "bfloat16" on GPU/TPU (params stay float32)')
+  ffn_chunks: int = _setting(1, Int(1), "run the block MLP over this many sequence chunks "
+                             "(less memory, same math)")
+  feedforward: bool = _setting(True, Bool(), "False: blocks without the MLP sub-layer "
+                               "(mixers with their own output MLP)")
+  norm: str = _setting("layer", Choice(NORMS), 'block norms: "layer", or "batch" (per channel '
+                       "over the batch and the real tokens, running averages for evaluation)")
+  prenorm: bool = _setting(True, Bool(), "x + f(norm(x)); False: post-norm norm(x + f(x)), "
+                           "no final norm")
+  reversible: bool = _setting(False, Bool(), "reversible residual layers "
+                              "(models/reversible.py): activation memory flat in depth")
+
+
+def encoder_defaults() -> dict[str, Any]:
+  """Every encoder setting with its default: what config.model starts from."""
+  return {f.name: f.default for f in dataclasses.fields(EncoderConfig)}
+
+
+def check_encoder(model: Mapping[str, Any]) -> None:
+  """The encoder settings given in `model` (config.model): each against its rule, then the
+  combinations they allow together."""
+  for field in dataclasses.fields(EncoderConfig):
+    if field.name in model:
+      check(model_key(field.name), model[field.name], field.metadata["rule"])
+  if model.get("pooling") == "CLS" and not model.get("use_cls", True):
+    fail(model_key("pooling"), "CLS", "'MEAN' or 'SUM' with config.model.use_cls=False "
+         "('CLS' pools the CLS token)")
+  if model.get("reversible", False):
+    # y1 = x1 + f(x2), y2 = x2 + g(y1) needs both branches, inside the residuals.
+    reason = dict(norm=("layer", "the recomputing backward pass cannot rebuild batch statistics"),
+                  prenorm=(True, "a norm after the residual sum cannot be inverted"),
+                  feedforward=(True, "the MLP is the second branch of every reversible layer"))
+    for key, (needed, why) in reason.items():
+      if model.get(key, needed) != needed:
+        fail(model_key(key), model[key], f"{needed!r} with config.model.reversible=True ({why})")

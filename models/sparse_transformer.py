@@ -122,6 +122,9 @@ class SparseTransformerAttention(HeadsMixer):
   SETTINGS = {"pattern": s.Choice(PATTERNS), "combine": s.Choice(COMBINES),
               "block_size": s.Int(1), "c": s.Int(1)}
   SUBQUADRATIC = True
+  # One head cannot hold two patterns ("heads" splits them over the heads): configs of a
+  # one-head model merge them.
+  SETTINGS_WHEN = (({"num_heads": 1}, {"combine": "merged"}),)
 
   def check_settings(self) -> None:
     super().check_settings()

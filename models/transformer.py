@@ -72,8 +72,8 @@ class FullAttention(HeadsMixer):
   """
   implementation: str = "dense"  # "dense", "chunked", "cudnn" or "auto" (see above)
   # Chunk sizes of "chunked": any length works (it is split into equal chunks of at most this
-  # size). 256 x 256 was the fastest tried on a 2-core CPU (train step at 1K and 4K tokens,
-  # batch 2, emb 128, 4 heads: 128-1024 tried); accelerators may prefer larger chunks.
+  # size). The default was the fastest size measured on a CPU (docs/results.md); accelerators
+  # may prefer larger chunks.
   query_chunk: int = 256
   key_chunk: int = 256
 

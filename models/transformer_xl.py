@@ -28,8 +28,8 @@ Differences from the paper, on purpose:
   LayerNorm's scale and bias get no gradient through the memory (the values are the same).
 - With CLS pooling the classifier would read position 0, which attends to the first segment
   only (memory flows forward), so it would ignore the rest of the input. The task configs
-  therefore use MEAN pooling without a CLS token, and no absolute positions
-  (configs/table.py).
+  therefore use MEAN pooling without a CLS token, and no absolute positions (the mixer's
+  ENCODER_SETTINGS).
 
 Padded keys get no weight, in the memory too. An input whose length is not a multiple of the
 segment length is padded internally; an input no longer than one segment is one segment.
@@ -110,11 +110,14 @@ class TransformerXLAttention(HeadsMixer):
 
   SETTINGS = {"segment_len": s.Int(1), "mem_len": s.Int(-1), "untie_biases": s.Bool()}
   SUBQUADRATIC = True
+  # Relative positions only; MEAN pooling, so no CLS token either (a CLS token at position 0
+  # would see only itself and add its vector to the mean).
+  ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
 
-  @staticmethod
-  def make_shared(settings, *, num_heads, qkv_dim, **_):
+  @classmethod
+  def make_shared(cls, settings, *, num_heads, qkv_dim, **_):
     """Called by the encoder in its own scope: one u, v for all layers unless untied."""
-    if settings.get("untie_biases", False):
+    if settings.get("untie_biases", cls.untie_biases):
       return None
     return RelativeBiases(num_heads, qkv_dim // num_heads, name="relative_biases")
 

@@ -41,14 +41,13 @@ def tiny_settings(name: str) -> dict:
 
 def tiny_model(name: str, **overrides) -> dict:
   """A tiny config.model dict for ANY mixer (for models.build): the tiny encoder, the encoder
-  settings the model needs on every task (configs/table.py MODEL, e.g. no positions for the
+  settings the model needs on every task (its ENCODER_SETTINGS, e.g. no positions for the
   SSMs) and the mixer's tiny settings. `overrides` replace top-level keys; `attention=`
   entries update the tiny settings."""
-  from configs import table
   model = dict(name=name, **TINY_ENCODER)
   if not registry.takes_attention_dropout(name):
     model["attention_dropout_rate"] = 0.0  # it has no attention weights to drop
-  model.update(table.MODEL.get(name, {}))
+  model.update(registry.encoder_settings(name))
   attention = tiny_settings(name)
   attention.update(overrides.pop("attention", None) or {})
   model.update(overrides)

@@ -11,7 +11,7 @@ import models
 from lra.data import tasks
 from lra.training import checkpoint, trainer
 from models import encoder, registry
-from models.settings import SettingError
+from models.settings import EncoderConfig, SettingError
 from tests import helpers
 from tests.helpers import layer_norm, perturb, run_once as _run
 
@@ -89,7 +89,9 @@ def test_chunked_ffn_model_equals_plain_model():
 
 
 def _block(**kw):
-  return encoder.Block(0, "transformer", {}, None, 2, DIM, 2 * DIM, 0.0, 0.0, "float32", **kw)
+  config = EncoderConfig(num_heads=2, qkv_dim=DIM, mlp_dim=2 * DIM, dropout_rate=0.0,
+                         attention_dropout_rate=0.0, dtype="float32", **kw)
+  return encoder.Block(0, "transformer", {}, None, config)
 
 
 def test_post_norm_and_no_feed_forward_blocks_are_the_formulas():

@@ -1,8 +1,10 @@
 """The shared encoder, full attention and the mixer registry."""
+import ast
 import dataclasses
 import pathlib
 import subprocess
 import sys
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -10,9 +12,11 @@ import numpy as np
 import pytest
 
 import models
-from configs import table
-from models import common, registry, transformer
-from models.settings import SettingError
+from configs import base, image, listops
+from models import common, encoder, registry, transformer
+from models import settings as s
+from models.settings import EncoderConfig, SettingError
+from tests import helpers
 from tests.helpers import projected_attention, random_mask
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -100,11 +104,12 @@ def test_registry_errors_name_the_valid_choices():
 # ------------------------------------------------------------------------- every mixer's settings
 
 _TINY_MODEL = dict(emb_dim=16, num_heads=2, qkv_dim=16, mlp_dim=16, num_layers=1)
+_ENCODER_FIELDS = {f.name for f in dataclasses.fields(EncoderConfig)}
 
 
 def _build(name, attention=None, **model):
-  """The tiny model with the settings every task config gives `name` (configs/table.py)."""
-  model = {**_TINY_MODEL, **table.MODEL.get(name, {}), **model}
+  """The tiny model with the settings every task config gives `name` (its ENCODER_SETTINGS)."""
+  model = {**_TINY_MODEL, **registry.encoder_settings(name), **model}
   if not registry.takes_attention_dropout(name):
     model.setdefault("attention_dropout_rate", 0.0)
   return models.build(dict(name=name, attention=attention or {}, **model),
@@ -124,6 +129,12 @@ def test_static_settings_are_the_dataclass_defaults(name):
   assert set(cls.SETTINGS) == set(registry.user_settings(name))
   assert registry.takes_attention_dropout(name) == cls.ATTENTION_DROPOUT
   assert isinstance(cls.SUBQUADRATIC, bool) or isinstance(cls.SUBQUADRATIC, property)
+  # The encoder settings it needs are valid ones, and what SETTINGS_WHEN sets is its own.
+  assert registry.encoder_settings(name) == cls.ENCODER_SETTINGS
+  assert set(cls.ENCODER_SETTINGS) <= _ENCODER_FIELDS
+  s.check_encoder(cls.ENCODER_SETTINGS)
+  for condition, settings in cls.SETTINGS_WHEN:
+    assert set(condition) <= _ENCODER_FIELDS and set(settings) <= set(cls.SETTINGS), condition
 
 
 @pytest.mark.parametrize("name", registry.names())
@@ -150,3 +161,70 @@ def test_registry_reads_models_without_importing_jax():
           "[r.default_settings(n) for n in r.names()]; "
           "assert 'jax' not in sys.modules and 'flax' not in sys.modules, 'imported'")
   subprocess.run([sys.executable, "-c", code], check=True, cwd=_ROOT)
+
+
+def test_registry_reads_mixer_constants_without_importing_the_mixer():
+  """ENCODER_SETTINGS and SETTINGS_WHEN come from the source: no mixer module, no JAX."""
+  code = ("import sys, models.registry as r; "
+          "assert r.encoder_settings('s5') == dict(positions='none', pooling='MEAN', "
+          "use_cls=False); "
+          "assert r.encoder_settings('transformer') == {}; "
+          "assert r.settings_when('sparse_transformer', dict(num_heads=1)) == "
+          "dict(combine='merged'); "
+          "assert r.settings_when('sparse_transformer', dict(num_heads=2)) == {}; "
+          "loaded = [m for m in sys.modules if m in ('models.s5', 'models.sparse_transformer') "
+          "or m.split('.')[0] in ('jax', 'flax')]; "
+          "assert not loaded, loaded")
+  subprocess.run([sys.executable, "-c", code], check=True, cwd=_ROOT)
+
+
+def test_run_time_mixer_constants_come_from_its_class():
+  class Recurrent(common.Mixer):
+    ENCODER_SETTINGS = {"positions": "none"}
+    SETTINGS_WHEN = (({"num_heads": 1, "dtype": "float32"}, {"flag": True}),)
+
+  with mock.patch.dict(registry._MIXERS, {"test_recurrent": Recurrent}):
+    assert registry.encoder_settings("test_recurrent") == {"positions": "none"}
+    assert registry.settings_when("test_recurrent", dict(num_heads=1, dtype="float32")) == {
+        "flag": True}
+    assert registry.settings_when("test_recurrent", dict(num_heads=1)) == {}
+
+
+# ------------------------------------------------------------------------- encoder settings
+
+
+def test_every_encoder_setting_is_declared_once_with_rule_doc_and_config_default():
+  """EncoderConfig holds each encoder setting's default, check and doc; every config starts
+  from those defaults, models.build checks them, and the modules repeat none of them."""
+  fields = dataclasses.fields(EncoderConfig)
+  config = base.base_config("transformer").model
+  assert set(config) == {"name", "attention"} | _ENCODER_FIELDS
+  for f in fields:
+    rule, doc = f.metadata["rule"], f.metadata["doc"]
+    assert rule.ok(f.default) and doc.strip() and "\n" not in doc, f.name
+    assert config[f.name] == f.default, f.name
+    for bad in rule.bad_values():
+      with pytest.raises(SettingError, match=f"config.model.{f.name}="):
+        _model(**{f.name: bad})
+  # A mixer without attention weights starts from no attention dropout (its ATTENTION_DROPOUT).
+  assert base.base_config("fnet").model.attention_dropout_rate == 0.0
+  for module in (models.Encoder, encoder.Block, encoder._BlockBranch):
+    assert not {f.name for f in dataclasses.fields(module)} & _ENCODER_FIELDS, module
+
+
+def test_configs_and_tiny_models_take_a_mixers_needs_from_the_mixer():
+  for name in ("s5", "lru", "transformer_xl"):
+    model = helpers.tiny_model(name)
+    assert (model["positions"], model["pooling"], model["use_cls"]) == ("none", "MEAN", False)
+  assert helpers.tiny_model("s4d")["positions"] == "none"
+  assert helpers.tiny_model("fnet")["prenorm"] is False
+  assert "positions" not in helpers.tiny_model("transformer")
+  # tests/helpers.py reads the registry, not configs/.
+  tree = ast.parse((_ROOT / "tests" / "helpers.py").read_text())
+  imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+  imported += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+  assert not [m for m in imported if m.split(".")[0] == "configs"], imported
+  # One head cannot hold two Sparse Transformer patterns: such configs merge them.
+  one_head, heads = image.get_config("sparse_transformer"), listops.get_config("sparse_transformer")
+  assert (one_head.model.num_heads, one_head.model.attention.combine) == (1, "merged")
+  assert (heads.model.num_heads, heads.model.attention.combine) == (8, "heads")

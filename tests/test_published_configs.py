@@ -11,7 +11,7 @@ import models
 from configs import listops, pathx, published, task_config
 from lra.data import tasks
 from models import registry
-from models.encoder import Encoder
+from models.settings import EncoderConfig
 
 TASKS = {name: task_config(name) for name in tasks.NAMES}
 
@@ -44,7 +44,7 @@ def test_s4d_has_a_table_and_other_models_none():
 def _build(model_config, task):
   """Builds and initialises (shapes only) the classifier of a config at a tiny length."""
   model = model_config.to_dict()
-  encoder_fields = {f.name for f in dataclasses.fields(Encoder)}
+  encoder_fields = {f.name for f in dataclasses.fields(EncoderConfig)}
   # Every architectural key is an encoder setting (feedforward, norm and prenorm came with
   # the SSM blocks), so nothing is dropped before building.
   assert set(published.ARCHITECTURE) <= encoder_fields

@@ -12,7 +12,7 @@ import models
 import models.linformer  # noqa: F401  (registers "linformer")
 import models.local  # noqa: F401  (registers "local")
 from models import registry, reversible
-from models.settings import SettingError
+from models.settings import EncoderConfig, SettingError
 from tests import helpers
 from tests.helpers import layer_norm, run_once as _run
 
@@ -116,10 +116,10 @@ def test_stack_with_layers_of_different_shapes():
 
 def test_outputs_follow_the_formula():
   """y1 = x1 + F(x2), y2 = x2 + G(y1) from x1 = x2 = embedding; then LN((y1 + y2) / 2)."""
+  config = EncoderConfig(emb_dim=DIM, num_heads=2, qkv_dim=DIM, mlp_dim=2 * DIM, num_layers=2,
+                         reversible=True, pooling="MEAN", positions="learned", use_cls=False)
   encoder = models.Encoder(vocab_size=VOCAB, max_len=LENGTH, mixer="transformer",
-                           mixer_settings={}, emb_dim=DIM, num_heads=2, qkv_dim=DIM,
-                           mlp_dim=2 * DIM, num_layers=2, reversible=True, pooling="MEAN",
-                           positions="learned", use_cls=False)
+                           mixer_settings={}, config=config)
   mixer = registry.make("transformer", {}, num_heads=2, qkv_dim=DIM)
   tokens = _tokens(2)
   mask = tokens != 0

@@ -314,7 +314,7 @@ def test_built_encoder_shares_u_and_v_and_pools_every_segment():
   shared = _build(2, dict(segment_len=4))
   untied = _build(2, dict(segment_len=4, untie_biases=True))
   cls_pooled = _build(2, dict(segment_len=4), pooling="CLS")
-  assert shared.encoder.positions == "none" and shared.encoder.pooling == "MEAN"
+  assert shared.encoder.config.positions == "none" and shared.encoder.config.pooling == "MEAN"
 
   def run(tokens):
     params = shared.init(jax.random.PRNGKey(0), tokens)
