@@ -16,9 +16,10 @@ import argparse
 import json
 import sys
 
-from lra import paths
-from lra.errors import UserError, run_command, user_errors
-from lra.reporting import accuracy, benchmark, files, markdown, results, speed
+from lra import cli, measuring, paths
+from lra.errors import UserError, run_command
+from lra.references import paper_configs
+from lra.reporting import accuracy, files, markdown, results, speed
 from lra.reporting.paper import TASKS
 
 
@@ -51,13 +52,6 @@ def _writable_folder(out: str) -> None:
     raise UserError(f"--out={out} is a file, not a folder; name a folder for the tables")
 
 
-def _write_all(out: str, outputs: dict) -> None:
-  """Writes path -> text, each file whole (never an empty table in place of an earlier one:
-  callers write only what they have). A full or read-only disk is one line (run_command)."""
-  for path, text in outputs.items():
-    paths.write_text(path, text)
-
-
 def _accuracy(args) -> None:
   from lra.reporting import charts
   _writable_folder(args.out)
@@ -66,18 +60,16 @@ def _accuracy(args) -> None:
       raise UserError(f"{path}: no such run directory or folder; nothing written")
   measured = _read_speed(args.speed) if args.speed else None  # before anything is written
   warnings: list[str] = []
-  found = results.collect_results(args.runs, warnings)
+  found = results.collect_results(args.runs, warnings, references=paper_configs)
   for w in warnings:
     print(f"warning: {w}", file=sys.stderr)
   if not found:
     raise UserError(f"no finished run with a valid results.json under {', '.join(args.runs)}; "
                     f"nothing written (earlier tables in {args.out} are kept)")
-  table, text, contents = accuracy.table_files(found)
-  out = paths.resolve(args.out)  # a local folder or a URL such as gs://bucket/eval
-  _write_all(args.out, {out / name: content for name, content in contents.items()})
+  table, text = accuracy.write_tables(found, args.out, paper_configs)
   print(text)
   if measured is not None:
-    _bubble(charts, out / "bubble.png", table, found, measured, args.average)
+    _bubble(charts, paths.resolve(args.out) / "bubble.png", table, found, measured, args.average)
   print(f"wrote {args.out}/accuracy.{{md,csv,json}}")
 
 
@@ -125,19 +117,20 @@ def _check_models(models: list[str], lengths: list[int], batch: int, size: dict,
   touched): a bad name or setting is one line before anything is measured."""
   import importlib
   import models as model_lib
-  from models.settings import SettingError
+  from lra.data.tasks import FACTS
   for module in imports:
     try:
       importlib.import_module(module)
     except ModuleNotFoundError as e:
       raise UserError(f"--import={module}: {e}") from None
+  text = FACTS["text"]  # the measured task
   for model in models:
     for length in lengths:
       try:
-        config = benchmark.measured_config(model, length, batch, size, dtype, sets)
-        model_lib.build(config.model.to_dict(), vocab_size=257, num_classes=2, max_len=length,
-                        pair=False)
-      except (SettingError, UserError) as e:
+        config = measuring.measured_config(model, length, batch, size, dtype, sets)
+        model_lib.build(config.model.to_dict(), vocab_size=text.vocab_size,
+                        num_classes=text.num_classes, max_len=length, pair=text.pair)
+      except UserError as e:  # a model's SettingError included
         raise UserError(f"model {model} at length {length} (size flags and --set): {e}; "
                         f"nothing measured") from None
 
@@ -146,22 +139,22 @@ def _speed(args) -> None:
   from lra.reporting import charts
   from models import registry
   _writable_folder(args.out)
-  _positive(args, ("batch", "repeats", "timeout", *benchmark.TEXT_BASE_SIZE))
+  _positive(args, ("batch", "repeats", "timeout", *measuring.TEXT_BASE_SIZE))
   models = [m.strip() for m in args.models.split(",")] if args.models else registry.names()
   if not all(models) or len(set(models)) < len(models):
     raise UserError(f"--models={args.models}: give distinct model names, comma separated")
   lengths = _lengths(args.lengths)
-  size = {k: getattr(args, k) for k in benchmark.TEXT_BASE_SIZE}
-  sets = benchmark.parse_sets(args.sets)
+  size = {k: getattr(args, k) for k in measuring.TEXT_BASE_SIZE}
+  sets = cli.parse_sets(args.sets)
   _check_models(models, lengths, args.batch, size, args.dtype, sets, args.imports)
-  machine = benchmark.machine_in_fresh_process(args.dtype)
+  machine = measuring.machine_in_fresh_process(args.dtype)
   machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype)
   print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "
         f"{machine['matmul_peak_flops_per_s'] / 1e9:.0f} GFLOP/s ({args.dtype})", flush=True)
   rows = []
   for model in models:
     for length in lengths:
-      row = benchmark.run_in_fresh_process(model, length, args.batch, size, args.dtype,
+      row = measuring.run_in_fresh_process(model, length, args.batch, size, args.dtype,
                                            args.repeats, args.timeout, tuple(args.imports),
                                            tuple(args.sets))
       row["matmul_peak_flops_per_s"] = machine["matmul_peak_flops_per_s"]
@@ -170,8 +163,11 @@ def _speed(args) -> None:
       print(f"  {model} @ {length}: {shown}", flush=True)
   out = paths.resolve(args.out)  # a local folder or a URL such as gs://bucket/eval
   text = markdown.speed_markdown(speed.speed_tables(rows), machine)
-  _write_all(args.out, {out / "speed.json": files.json_text({"machine": machine, "rows": rows}),
-                        out / "speed.csv": files.csv_text(rows), out / "speed.md": text + "\n"})
+  # Each file whole, written only now that every row is in; a full or read-only disk is one
+  # line (run_command).
+  files.write_json(out / "speed.json", {"machine": machine, "rows": rows})
+  files.write_csv(out / "speed.csv", rows)
+  paths.write_text(out / "speed.md", text + "\n")
   charts.scaling_chart(out / "scaling.png", rows,
                        f"Train step vs length ({machine['device_kind']}, batch {args.batch})")
   print(text)
@@ -193,7 +189,7 @@ def parser() -> argparse.ArgumentParser:
   s.add_argument("--models", default="", help="comma separated; default every registered model")
   s.add_argument("--lengths", default="1024,2048,3072,4096")
   s.add_argument("--batch", type=int, default=32)
-  for key, value in benchmark.TEXT_BASE_SIZE.items():
+  for key, value in measuring.TEXT_BASE_SIZE.items():
     s.add_argument(f"--{key}", type=int, default=value)
   s.add_argument("--dtype", default="float32", help="compute dtype, e.g. bfloat16 on a GPU")
   s.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is kept")
@@ -210,7 +206,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
   args = parser().parse_args(argv)
-  run_command(args.run, args, user_errors())  # a bad flag, run or file: one line
+  run_command(args.run, args)  # a bad flag, run or file: one line
 
 
 if __name__ == "__main__":

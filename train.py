@@ -66,7 +66,7 @@ def _override_message(flag: str, error: AttributeError, argv) -> str:
 
 def _parse_flags(argv):
   """absl's parser; a bad command line or config is one line, a bug keeps its traceback."""
-  from lra.errors import user_errors
+  from lra.errors import UserError, type_names
   if len(_config_specs(argv)) > 1:  # absl would fail with its internals
     _fail(f"--config is given {len(_config_specs(argv))} times; give it once (change single "
           f"settings with --config.KEY=VALUE)")
@@ -77,12 +77,12 @@ def _parse_flags(argv):
     if "Traceback" in message:  # ml_collections wraps an error inside get_config with its trace
       last = [l for l in message.splitlines() if l.strip()][-1].strip()
       # Only our user errors become one line (ml_collections passes their text, not the type).
-      names = tuple(f"{t.__module__}.{t.__qualname__}: " for t in user_errors())
+      names = tuple(f"{name}: " for name in type_names(UserError))
       if not last.startswith(names):
         raise
       message = f"{message.splitlines()[0].split(':')[0]}: {last.split(': ', 1)[1]}"
     _fail(message)
-  except user_errors() as e:  # an invalid model name or setting met while making the config
+  except UserError as e:  # an invalid model name or setting met while making the config
     _fail(str(e))
   except AttributeError as e:
     flag = _unknown_override(e, argv)
@@ -136,7 +136,7 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   import jax  # after flag parsing, so a bad command line fails fast
-  from lra.errors import environment_fault, user_errors
+  from lra.errors import UserError, environment_fault
   from lra.training import faults, preemption, profiling, trainer
   # Before anything compiles; a restart then loads the compiled programs from disk.
   profiling.enable_compilation_cache(_CONFIG.value.compilation_cache_dir)
@@ -156,7 +156,7 @@ def main(argv):
     print(f"error: {e}; to resume, run the same command again: "
           f"python {shlex.join(sys.argv)}", file=sys.stderr)
     sys.exit(128 + e.signum)
-  except user_errors() as e:  # a bad config or bad data; anything else is a bug: traceback
+  except UserError as e:  # a bad config or bad data; anything else is a bug: traceback
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
   except (OSError, ValueError, MemoryError, jax.errors.JaxRuntimeError) as e:

@@ -10,17 +10,20 @@ import sys
 
 
 class UserError(Exception):
-  """A bad config, missing or malformed data: the message names the fix."""
+  """A bad config, missing or malformed data: the message names the fix. The base of every
+  user error, models.settings.SettingError included (this module imports nothing of the
+  project, so the models may import it)."""
 
 
-def user_errors() -> tuple[type[Exception], ...]:
-  """The error types train.py and eval.py report as one line: ours and the models'.
-
-  models.settings is imported here, not at the top, so that data code (which imports this
-  module) never imports the models package.
-  """
-  from models.settings import SettingError
-  return (UserError, SettingError)
+def type_names(base: type[Exception] = UserError) -> tuple[str, ...]:
+  """'module.Name' of `base` and of each subclass of it imported so far (models.settings'
+  SettingError among them once a config is loaded): how a traceback's last line names them."""
+  found, todo = [], [base]
+  while todo:
+    cls = todo.pop()
+    found.append(f"{cls.__module__}.{cls.__qualname__}")
+    todo += cls.__subclasses__()
+  return tuple(found)
 
 
 # Errors of the machine or its storage, not of the code, and what to do about each.
@@ -63,12 +66,13 @@ def environment_fault(error: BaseException) -> str | None:
   return None
 
 
-def run_command(run, args, errors: tuple[type[Exception], ...] = (UserError,)) -> None:
-  """run(args) for a command line: a user error (`errors`) or a fault of the machine (a full
-  disk, ...) is one `error:` line and exit 1; anything else is a bug and keeps its traceback."""
+def run_command(run, args) -> None:
+  """run(args) for a command line: a user error (a UserError, a model's SettingError included)
+  or a fault of the machine (a full disk, ...) is one `error:` line and exit 1; anything else
+  is a bug and keeps its traceback."""
   try:
     run(args)
-  except errors as e:
+  except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
   except OSError as e:

@@ -25,7 +25,6 @@ script of them; neither runs anything.
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import json
 import os
@@ -34,8 +33,8 @@ import signal
 import sys
 import time
 
-from lra import config_record, paths
-from lra.errors import UserError, run_command, user_errors
+from lra import cli, config_record, paths
+from lra.errors import UserError, run_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # train.py, configs/
 PRESETS = {"cpu": ",cpu", "paper": ",paper", "base": ""}
@@ -74,28 +73,20 @@ def _names(text: str, flag: str, valid: list[str]) -> list[str]:
 def _literal(text: str):
   """A --set value as train.py's override gives it to the config, as JSON records it: a
   Python literal where it is one, else the text itself."""
-  try:
-    value = ast.literal_eval(text)
-  except (ValueError, SyntaxError):
-    value = text
-  return json.loads(json.dumps(value))
+  return json.loads(json.dumps(cli.literal(text)))
 
 
 def _parse_set(item: str, scopes: list[str]) -> tuple[str | None, str, str]:
   """'[SCOPE:]KEY=VALUE' -> (scope or None, key, value)."""
-  left, sep, value = item.partition("=")
-  scope, colon, key = left.rpartition(":")
-  if not sep or not key.strip() or (colon and not scope.strip()):
-    raise UserError(f"--set {item!r} is not KEY=VALUE or TASK:KEY=VALUE or MODEL:KEY=VALUE "
-                    f"(e.g. --set num_train_steps=100)")
-  key = key.strip()
+  scope, key, value = cli.split_set(item, "KEY=VALUE or TASK:KEY=VALUE or MODEL:KEY=VALUE",
+                                    "num_train_steps=100", scoped=True)
   if key.startswith(("-", "config.")):
     raise UserError(f"--set {item!r}: give the config key alone, e.g. --set "
                     f"{key.lstrip('-').removeprefix('config.')}={value}")
-  if colon and scope.strip() not in scopes:
-    raise UserError(f"--set {item!r}: {scope.strip()!r} is no task or model of this grid "
+  if scope is not None and scope not in scopes:
+    raise UserError(f"--set {item!r}: {scope!r} is no task or model of this grid "
                     f"({', '.join(scopes)})")
-  return (scope.strip() or None) if colon else None, key, value
+  return scope, key, value
 
 
 def _has_key(config, key: str) -> bool:
@@ -110,10 +101,9 @@ def _has_key(config, key: str) -> bool:
 def _config(task: str, model: str, preset: str):
   """The run's config, loaded as train.py loads it (no JAX): a bad one is one line now."""
   from configs import task_config
-  from models.settings import SettingError
   try:
     return task_config(task).get_config(model + PRESETS[preset])
-  except (UserError, SettingError) as e:
+  except UserError as e:  # a model's SettingError included
     raise UserError(f"{task} config of {model} ({preset}): {e}") from None
 
 
@@ -289,18 +279,17 @@ def run_grid(runs: list[Run]) -> tuple[dict, Stop]:
 def write_table(root: str) -> None:
   """The accuracy table of every run under root, as `python eval.py accuracy ROOT
   --out=ROOT/table` writes it (lra.reporting)."""
+  from lra.references import paper_configs
   from lra.reporting import accuracy, results
   warnings: list[str] = []
-  found = results.collect_results([root], warnings)
+  found = results.collect_results([root], warnings, references=paper_configs)
   for w in warnings:
     print(f"warning: {w}", file=sys.stderr)
   if not found:
     _say(f"no finished run under {root}: no table written")
     return
-  _, text, contents = accuracy.table_files(found)
   out = paths.resolve(root) / "table"
-  for name, content in contents.items():
-    paths.write_text(out / name, content)
+  _, text = accuracy.write_tables(found, out, paper_configs)
   _say(f"{text}\nwrote the accuracy table of {root}: {out}/accuracy.{{md,csv,json}}")
 
 
@@ -373,7 +362,7 @@ def main(argv=None) -> None:
   argv = sys.argv[1:] if argv is None else list(argv)
   args = parser().parse_args(argv)
   args.argv = argv  # for the SLURM script's note of how it was made
-  run_command(_main, args, user_errors())  # a bad name, --set or preset: one line, exit 1
+  run_command(_main, args)  # a bad name, --set or preset: one line, exit 1
 
 
 if __name__ == "__main__":

@@ -14,11 +14,15 @@ import math
 import numbers
 from typing import Any, Mapping, Sequence
 
+# The one base of user errors; lra/errors.py imports nothing of the project (no cycle, no JAX).
+from lra.errors import UserError
 
-class SettingError(Exception):
+
+class SettingError(UserError):
   """A model name or setting that is not valid (a user error, not a bug): one line naming the
   setting, the value and what is allowed. Raised by validation code only, when the model is
-  built; the trainer reports it as one line, while any other exception keeps its traceback."""
+  built; the trainer reports it as one line (a UserError), while any other exception keeps its
+  traceback."""
 
 
 def attention_key(name: str) -> str:

@@ -1,7 +1,7 @@
 """The accelerator run's speed part: `eval.py speed`'s measurement, cell by cell under a clock.
 
 Each (model, length) is measured in a fresh process by the same library call eval.py speed
-makes (lra.reporting.benchmark.run_in_fresh_process), and the tables are eval.py's
+makes (lra.measuring.run_in_fresh_process), and the tables are eval.py's
 (lra.reporting.speed / markdown), so the figures are eval.py speed's. What this adds: a time
 check before every cell (a cell starts only when the time it is expected to take is left),
 and rows kept in the work folder, so running the accelerator script again measures only the
@@ -13,10 +13,11 @@ import json
 import os
 import time
 
-from lra.reporting import benchmark, files, markdown, speed
+from lra import measuring
+from lra.reporting import files, markdown, speed
 from lra.reporting.paper import PAPER_LENGTHS, PAPER_MODELS, PAPER_SPEED
 
-REAL = dict(lengths=(1024, 2048, 3072, 4096), batch=32, size=dict(benchmark.TEXT_BASE_SIZE),
+REAL = dict(lengths=(1024, 2048, 3072, 4096), batch=32, size=dict(measuring.TEXT_BASE_SIZE),
             dtype="bfloat16", repeats=5, first_estimate_s=15.0, cell_limit_s=180.0)
 # The dry run's third model fails as XLA does when a device runs out of memory: its cell must
 # be recorded as OOM, as the paper's table does, and the run go on.
@@ -62,7 +63,7 @@ def _machine(work: str, dtype: str, log) -> dict:
     with open(path, encoding="utf-8") as f:
       return json.load(f)
   log("speed: measuring the machine's matmul peak (one process)")
-  machine = benchmark.machine_in_fresh_process(dtype, timeout_s=300)
+  machine = measuring.machine_in_fresh_process(dtype, timeout_s=300)
   with open(path, "w", encoding="utf-8") as f:
     json.dump(machine, f)
   return machine
@@ -89,7 +90,7 @@ def _measure_cells(cfg: dict, rows_path: str, done: set, deadline: float, log) -
       continue
     timeout = min(cfg["cell_limit_s"], left)
     start = time.time()
-    row = benchmark.run_in_fresh_process(model, length, cfg["batch"], cfg["size"],
+    row = measuring.run_in_fresh_process(model, length, cfg["batch"], cfg["size"],
                                          cfg["dtype"], cfg["repeats"], timeout,
                                          imports=cfg.get("imports", ()))
     wall = time.time() - start

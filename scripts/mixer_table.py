@@ -65,9 +65,10 @@ def _markdown(rows: list[dict]) -> str:
 
 
 def _table(args: argparse.Namespace) -> None:
+  from lra.references import paper_configs
   from lra.reporting import results
   warnings: list[str] = []
-  found = results.collect_results([args.root], warnings)
+  found = results.collect_results([args.root], warnings, references=paper_configs)
   for w in warnings:
     print(f"warning: {w}", file=sys.stderr)
   if not found:

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
-from lra.errors import run_command, user_errors  # noqa: E402
+from lra.errors import run_command  # noqa: E402
 
 
 def config_of(spec: str, sets: dict):
@@ -34,23 +34,13 @@ def config_of(spec: str, sets: dict):
   return config
 
 
-def _classes_and_vocabulary(task: str) -> tuple[int, int]:
-  """What the model's head and embedding need (the task modules' own constants)."""
-  from lra.data import image, listops, text
-  return {"listops": (listops.NUM_CLASSES, listops.VOCAB_SIZE),
-          "text": (text.NUM_CLASSES, text.VOCAB_SIZE),
-          "retrieval": (text.NUM_CLASSES, text.VOCAB_SIZE),
-          "image": (image.NUM_CLASSES, 256)}.get(task, (2, 256))  # Pathfinder, Path-X
-
-
 def cost(config) -> dict:
   import jax
   import numpy as np
   from lra.data import tasks
   from lra.training import trainer
-  classes, vocab = _classes_and_vocabulary(config.task)
-  task = tasks.Task(config.task, classes, vocab, config.data.max_len,
-                    config.task == "retrieval", {})
+  # The model's head and embedding from the task table; no data is read.
+  task = tasks.Task.of(config.task, config.data.max_len, {})
   model = trainer.build_model(config, task)
   mesh = trainer.make_mesh()
   train_step, eval_step, _ = trainer.make_steps(model, task.pair, mesh)
@@ -81,12 +71,12 @@ def main(argv=None) -> None:
   p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                  help="a dotted config key, e.g. model.dtype=bfloat16 (repeatable)")
   args = p.parse_args(argv)
-  run_command(_main, args, user_errors())  # a bad --config or --set: one line, exit 1
+  run_command(_main, args)  # a bad --config or --set: one line, exit 1
 
 
 def _main(args) -> None:
-  from lra.reporting import benchmark
-  config = config_of(args.config, benchmark.parse_sets(args.sets))
+  from lra import cli
+  config = config_of(args.config, cli.parse_sets(args.sets))
   print(json.dumps({"config": args.config, "sets": args.sets, "batch": config.batch_size,
                     "max_len": config.data.max_len, **cost(config)}), flush=True)
 

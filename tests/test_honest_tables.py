@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from lra.references import paper_configs
 from lra.reporting import accuracy, charts, markdown, results, speed
 from lra.training import writers
 
@@ -53,7 +54,8 @@ def test_toy_run_is_marked_not_compared_with_the_paper(tmp_path):
   # The example: a 10-step CPU Text run shown as "100.0 (64.3, +35.7)".
   toy = _config("text", "transformer,cpu", num_train_steps=10)
   _run(tmp_path, "toy", "text", 1.0, 1.0, toy, test_count=64, train_count=90)
-  table = accuracy.accuracy_table(results.collect_results([str(tmp_path)]))
+  found = results.collect_results([str(tmp_path)], references=paper_configs)
+  table = accuracy.accuracy_table(found, references=paper_configs)
   cell = next(r for r in table["rows"] if r["model"] == "transformer")["cells"]["text"]
   assert cell["ours"] == 100.0 and cell["diff"] is None
   assert any("64 examples" in why for why in cell["not_comparable"])
@@ -71,7 +73,8 @@ def test_full_run_with_the_paper_config_is_compared(tmp_path):
   paper_arg = _config("listops", "transformer,paper", seed=3)
   paper_arg["model"]["dtype"] = "bfloat16"
   _run(tmp_path, "paper_listops", "listops", 0.38, 0.9, paper_arg)
-  table = accuracy.accuracy_table(results.collect_results([str(tmp_path)]))
+  found = results.collect_results([str(tmp_path)], references=paper_configs)
+  table = accuracy.accuracy_table(found, references=paper_configs)
   row = _line(markdown.accuracy_markdown(table), "Transformer")
   assert "38.0 (36.4, +1.6)" in row and "40.0 (64.3, -24.3)" in row
   assert "*" not in row
@@ -81,7 +84,8 @@ def test_an_average_over_a_marked_cell_is_marked_and_not_compared(tmp_path):
   _full(tmp_path)
   (tmp_path / "transformer_image" / "results.json").unlink()
   _run(tmp_path, "image_cpu", "image", 0.9, 0.9, _config("image", "transformer,cpu"))
-  table = accuracy.accuracy_table(results.collect_results([str(tmp_path)]))
+  found = results.collect_results([str(tmp_path)], references=paper_configs)
+  table = accuracy.accuracy_table(found, references=paper_configs)
   t = next(r for r in table["rows"] if r["model"] == "transformer")
   assert t["avg5"] == pytest.approx((40 * 4 + 90) / 5)
   assert t["avg5_diff"] is None and t["avg6_diff"] is None and not t["avg5_comparable"]
@@ -98,7 +102,8 @@ def test_several_runs_are_never_compared_by_validation_on_different_data(tmp_pat
        train_count=20000)
   full = _run(tmp_path / "b", "full", "listops", 0.37, 0.38, _config("listops", "transformer"))
   warnings: list[str] = []
-  found = results.collect_results([str(tmp_path / "a"), str(tmp_path / "b")], warnings)
+  found = results.collect_results([str(tmp_path / "a"), str(tmp_path / "b")], warnings,
+                                  references=paper_configs)
   assert found[0]["workdir"] == full
   assert any("full data and the paper's config" in w for w in warnings)
   # Two runs on different data, neither comparable: not by validation, by the data's size.
@@ -107,20 +112,20 @@ def test_several_runs_are_never_compared_by_validation_on_different_data(tmp_pat
   bigger = _run(tmp_path / "c", "bigger", "text", 0.6, 0.5, _config("text", "transformer,cpu"),
                 train_count=1000, test_count=1000)
   warnings = []
-  found = results.collect_results([str(tmp_path / "c")], warnings)
+  found = results.collect_results([str(tmp_path / "c")], warnings, references=paper_configs)
   assert found[0]["workdir"] == bigger
   assert any("not compared by validation" in w for w in warnings)
-  md = markdown.accuracy_markdown(accuracy.accuracy_table(found))
+  md = markdown.accuracy_markdown(accuracy.accuracy_table(found, references=paper_configs))
   assert results.CHOICE_RULE in md and "chosen over" in md
 
 
 def test_full_sizes():
-  from lra.reporting import comparable
-  assert FULL == {t: (comparable.FULL_TRAIN[t], comparable.FULL_TEST[t]) for t in FULL}
+  from lra.data.tasks import FACTS
+  assert FULL == {t: (FACTS[t].train_size, FACTS[t].test_size) for t in FULL}
 
 
 def test_guessing_baseline():
-  table = accuracy.accuracy_table([])
+  table = accuracy.accuracy_table([], references=paper_configs)
   assert accuracy.guessing_baseline(table, "avg5") == (pytest.approx(34.0), "chance")
   assert accuracy.guessing_baseline(table, "text") == (pytest.approx(50.0), "chance")
 

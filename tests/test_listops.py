@@ -13,6 +13,12 @@ from lra.errors import UserError
 SMALL = dict(min_length=10, max_length=200, max_depth=5, max_args=10)
 
 
+def generate_tree(rng: random.Random, depth: int, max_depth: int, max_args: int):
+  """One tree drawn as the generator draws it, its root at `depth` (the original's is 1), with
+  no length limit (the generator's own draws stop once a tree is too long)."""
+  return listops._grow(rng, depth, max_depth, max_args, float("inf"))[0]
+
+
 @pytest.fixture(scope="module")
 def small_examples():
   return listops.generate(400, seed=3, workers=1, progress=False, **SMALL)
@@ -83,7 +89,7 @@ def test_lengths_in_window_and_unique(small_examples):
 def test_tree_helpers_agree_with_string():
   rng = random.Random(7)
   for _ in range(300):
-    tree = listops.generate_tree(rng, 1, 6, 5)
+    tree = generate_tree(rng, 1, 6, 5)
     source = listops.tree_to_string(tree)
     assert listops.tree_length(tree) == len(listops.tokenize(source))
     assert listops.evaluate_tree(tree) == reference_eval(source)
@@ -104,7 +110,7 @@ def test_structure_at_max_depth_2():
   operators = 0
   draws = 20_000
   for _ in range(draws):
-    tree = listops.generate_tree(rng, 1, 2, 4)
+    tree = generate_tree(rng, 1, 2, 4)
     if isinstance(tree, int):
       assert 0 <= tree <= 9
       continue
@@ -116,7 +122,7 @@ def test_structure_at_max_depth_2():
   # The root is an operator with probability 0.25 (sd of the fraction ~0.003 here).
   assert abs(operators / draws - 0.25) < 0.015
   # Nodes at max_depth are always values.
-  assert all(isinstance(listops.generate_tree(rng, 3, 3, 10), int) for _ in range(100))
+  assert all(isinstance(generate_tree(rng, 3, 3, 10), int) for _ in range(100))
 
 
 def test_arg_counts_cover_range():
@@ -130,7 +136,7 @@ def test_early_stop_matches_full_tree():
   # The generator gives up on trees once they exceed the window; it must draw exactly what
   # generate_tree draws up to that point, so accepted trees are unaffected.
   for seed in range(300):
-    tree = listops.generate_tree(random.Random(seed), 1, 8, 10)
+    tree = generate_tree(random.Random(seed), 1, 8, 10)
     grown = listops._grow(random.Random(seed), 1, 8, 10, 60)
     if listops.tree_length(tree) <= 60:
       assert grown == (tree, listops.tree_length(tree))

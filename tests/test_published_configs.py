@@ -70,7 +70,7 @@ def test_full_size_config_has_the_table_values(name, task):
   for key, value in entry.items():
     assert c[key] == value, key
   assert c.eval_batch_size == c.batch_size
-  assert c.num_train_steps == math.ceil(epochs * published.TRAIN_SIZES[task] / c.batch_size)
+  assert c.num_train_steps == math.ceil(epochs * tasks.FACTS[task].train_size / c.batch_size)
   encoder = _build(c.model, task)["params"]["encoder"]
   layers = c.model.num_layers
   assert f"block_{layers - 1}" in encoder and f"block_{layers}" not in encoder

@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from lra.reporting import accuracy, charts, comparable, files, markdown, paper, results, speed
+from lra.data import tasks
+from lra.references import paper_configs
+from lra.reporting import accuracy, charts, files, markdown, paper, results, speed
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 
@@ -25,7 +27,7 @@ def _write_run(root, name: str, model: str, task: str, test: float, val: float,
   if full and model in paper.PAPER_ACCURACY:
     config = json.loads(json.dumps(
         importlib.import_module(f"configs.{task}").get_config(model).to_dict()))
-    count = comparable.FULL_TEST[task]
+    count = tasks.FACTS[task].test_size
   else:
     config = {"task": task, "batch_size": 32, "num_train_steps": 2000,
               "data": {"max_len": 512},
@@ -93,7 +95,8 @@ def sweep(tmp_path):
   (tmp_path / "empty").mkdir()
   warnings: list[str] = []
   found = results.collect_results([str(tmp_path / "sweep"), str(tmp_path / "other"),
-                                   str(tmp_path / "empty"), str(tmp_path / "nope")], warnings)
+                                   str(tmp_path / "empty"), str(tmp_path / "nope")], warnings,
+                                  references=paper_configs)
   return found, warnings, tmp_path
 
 
@@ -111,7 +114,7 @@ def test_collect_warns_and_keeps_the_best_on_validation(sweep):
 
 
 def test_accuracy_table_cells_and_averages(sweep):
-  table = accuracy.accuracy_table(sweep[0])
+  table = accuracy.accuracy_table(sweep[0], references=paper_configs)
   t = _row(table, "transformer")
   assert t["cells"]["listops"]["ours"] == pytest.approx(40.0)
   assert t["cells"]["listops"]["diff"] == pytest.approx(40.0 - 36.37)
@@ -139,7 +142,7 @@ def test_accuracy_table_cells_and_averages(sweep):
 
 
 def test_accuracy_markdown_csv_and_json(sweep):
-  table = accuracy.accuracy_table(sweep[0])
+  table = accuracy.accuracy_table(sweep[0], references=paper_configs)
   out = sweep[2] / "out"
   md = markdown.accuracy_markdown(table)
   line = next(x for x in md.splitlines() if x.startswith("| Transformer "))
@@ -163,8 +166,8 @@ def test_accuracy_markdown_csv_and_json(sweep):
 
 def test_extra_model_without_paper_figures(tmp_path):
   _write_run(tmp_path, "s4_listops", "s4", "listops", 0.55, 0.5)
-  table = accuracy.accuracy_table(results.collect_results([str(tmp_path)]),
-                                  include_paper_models=False)
+  found = results.collect_results([str(tmp_path)], references=paper_configs)
+  table = accuracy.accuracy_table(found, references=paper_configs, include_paper_models=False)
   assert [r["model"] for r in table["rows"]] == ["s4"]
   md = markdown.accuracy_markdown(table)
   assert "| s4 | 55.0 | - |" in md
@@ -180,11 +183,12 @@ def test_chunked_transformer_gets_a_row_of_its_own(tmp_path):
   result["config"]["model"]["attention"]["implementation"] = "chunked"
   chunked.write_text(json.dumps(result))
   warnings: list[str] = []
-  found = results.collect_results([str(tmp_path)], warnings)
+  found = results.collect_results([str(tmp_path)], warnings, references=paper_configs)
   assert not warnings
   assert sorted((r["model"], r["mixer"]) for r in found) == [
       ("transformer", "transformer"), ("transformer_chunked", "transformer")]
-  table = accuracy.accuracy_table(found, include_paper_models=False)
+  table = accuracy.accuracy_table(found, references=paper_configs,
+                                 include_paper_models=False)
   row = _row(table, "transformer_chunked")["cells"]["listops"]
   assert row["ours"] == pytest.approx(39.0) and row["paper"] is None
   assert _row(table, "transformer")["cells"]["listops"]["diff"] is not None

@@ -20,10 +20,9 @@ import importlib
 import math
 from types import ModuleType
 
+from lra.data.tasks import FACTS  # train_size: examples per epoch (after held-out validation)
+
 MODELS = ("s4d", "s5", "lru")  # the models that may have a table here
-# Training examples per epoch (after our held-out validation splits).
-TRAIN_SIZES = dict(listops=96000, text=22500, retrieval=147086, image=45000,
-                   pathfinder=160000, pathx=160000)
 # Encoder settings that are architectural choices, taken even with `cpu`.
 ARCHITECTURE = ("norm", "prenorm", "feedforward", "pooling", "use_cls")
 
@@ -85,5 +84,5 @@ def apply(c, options: set[str]):
                      "trainer setting of configs/base.py")
     c[key] = value
   c.eval_batch_size = c.batch_size
-  c.num_train_steps = math.ceil(epochs * TRAIN_SIZES[c.task] / c.batch_size)
+  c.num_train_steps = math.ceil(epochs * FACTS[c.task].train_size / c.batch_size)
   return c

@@ -18,7 +18,7 @@ import numpy as np
 import tqdm
 
 from lra.data import listops, pathfinder, record, store
-from lra.data.pathfinder_gen.params import SIZES
+from lra.data.pathfinder_gen.params import LEVEL_FOLDERS, SIZES
 from lra.errors import UserError, run_command
 
 TEXT_MAX_LEN = 4000  # the longest Text length any config uses; configs cut it shorter
@@ -167,7 +167,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--data_dir", default=None, help="default data/pathfinder<size>")
     s.add_argument("--size", type=int, default=None, choices=SIZES,
                    help="32 (pathfinder) or 128 (pathx)")
-    s.add_argument("--level", default="hard", choices=tuple(pathfinder.LEVEL_FOLDERS))
+    s.add_argument("--level", default="hard", choices=tuple(LEVEL_FOLDERS))
     s.add_argument("--num_images", type=int, default=200000)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=0, help="0 = all cores")

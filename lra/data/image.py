@@ -18,11 +18,10 @@ import posixpath
 import numpy as np
 
 from lra.data import archive, record, store
-from lra.data.tasks import SPLITS, Task, require_prepared
-from lra.data.text import open_tfds_source
+from lra.data.tasks import FACTS, SPLITS, Task, require_prepared
+from lra.data.reading import open_tfds_source
 from lra.errors import UserError
 
-NUM_CLASSES = 10
 SIDE = 32
 SEQ_LEN = SIDE * SIDE
 RECORD_BYTES = 1 + 3 * SEQ_LEN  # label byte, then the R, G and B planes
@@ -92,10 +91,11 @@ def _decode_batch(data: bytes, name: str) -> tuple[np.ndarray, np.ndarray]:
                     f"({len(data) % RECORD_BYTES} of {RECORD_BYTES} bytes)")
   records = np.frombuffer(data, np.uint8).reshape(-1, RECORD_BYTES)
   labels = records[:, 0]
-  bad = np.flatnonzero(labels >= NUM_CLASSES)
+  classes = FACTS["image"].num_classes
+  bad = np.flatnonzero(labels >= classes)
   if bad.size:
     raise UserError(f"{name}: record {bad[0]} has label {labels[bad[0]]}, "
-                    f"expected 0..{NUM_CLASSES - 1}")
+                    f"expected 0..{classes - 1}")
   # Planes R, G, B of SEQ_LEN row-major pixels each -> [N, SEQ_LEN, 3].
   rgb = records[:, 1:].reshape(-1, 3, SEQ_LEN).transpose(0, 2, 1)
   return rgb_to_gray(rgb), labels.astype(np.int32)
@@ -152,5 +152,4 @@ def load(config) -> Task:
   note = record.check(data.data_dir, "image", data, remake)  # made by this code, as image data
   splits = {s: store.load_split(data.data_dir, s, ["inputs"], SEQ_LEN, remake=remake)
             for s in SPLITS}
-  return Task("image", NUM_CLASSES, 256, SEQ_LEN, False, splits, padding=data.black_is_padding,
-              data=note)
+  return Task.of("image", SEQ_LEN, splits, padding=data.black_is_padding, data=note)

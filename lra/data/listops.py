@@ -20,8 +20,8 @@ from tqdm import tqdm
 
 from lra import paths
 from lra.data import publish, record
-from lra.data.tasks import SPLITS, Task
-from lra.data.text import decode_utf8
+from lra.data.tasks import FACTS, SPLITS, Task
+from lra.data.reading import decode_utf8
 from lra.errors import UserError
 
 OPERATORS: tuple[str, ...] = ("[MIN", "[MAX", "[MED", "[SM")
@@ -32,8 +32,10 @@ OPERATOR_PROB = 0.25  # chance that a node above max_depth is an operator
 PAD_ID = 0
 VOCAB: tuple[str, ...] = OPERATORS + tuple(str(v) for v in range(10)) + ("X",)
 OOV_ID = len(VOCAB) + 1
-VOCAB_SIZE = len(VOCAB) + 2
-NUM_CLASSES = 10
+# The task table's numbers (lra.data.tasks.FACTS): VOCAB's ids, padding and OOV_ID fill the
+# vocabulary exactly (tests/test_task_facts.py checks it).
+VOCAB_SIZE = FACTS["listops"].vocab_size
+NUM_CLASSES = FACTS["listops"].num_classes
 _TOKEN_IDS = {tok: i + 1 for i, tok in enumerate(VOCAB)}
 
 # The generator settings of the LRA release (96K/2K/2K trees, min_length < length <
@@ -74,11 +76,6 @@ def _grow(rng: random.Random, depth: int, max_depth: int, max_args: int,
   if limit < 1:
     return None
   return rng.randrange(10), 1
-
-
-def generate_tree(rng: random.Random, depth: int, max_depth: int, max_args: int) -> Tree:
-  """Draws one tree whose root sits at ``depth`` (the original starts the root at 1)."""
-  return _grow(rng, depth, max_depth, max_args, float("inf"))[0]
 
 
 def tree_to_string(tree: Tree) -> str:
@@ -288,7 +285,8 @@ def read_split(path: str | os.PathLike, max_length: int) -> tuple[np.ndarray, np
       except ValueError:
         label = -1
       if not 0 <= label < NUM_CLASSES:
-        raise bad(line_no, f"label must be an integer 0..9, got {columns[1][:20]!r}")
+        raise bad(line_no, f"label must be an integer 0..{NUM_CLASSES - 1}, got "
+                           f"{columns[1][:20]!r}")
       row = np.zeros(max_length, dtype=np.int32)
       ids = tokenize(columns[0])[:max_length]
       row[:len(ids)] = ids
@@ -374,4 +372,4 @@ def load(config) -> Task:
       raise UserError(f"{e}; fix or delete the file (ListOps data can be regenerated with: "
                       f"{generate_command(data)})") from None
     splits[split] = {"inputs": inputs.astype(np.uint8), "labels": labels}
-  return Task("listops", NUM_CLASSES, VOCAB_SIZE, data.max_len, False, splits, data=note)
+  return Task.of("listops", data.max_len, splits, data=note)

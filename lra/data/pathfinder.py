@@ -12,19 +12,16 @@ import numpy as np
 import tqdm
 from PIL import Image
 
-from lra.data import publish, record, store
+from lra.data import pathfinder_gen, publish, record, store
+from lra.data.pathfinder_gen.params import IMAGES_TASK, LEVEL_FOLDERS
+from lra.data.reading import decode_utf8
 from lra.data.tasks import SPLITS, Task
-from lra.data.text import decode_utf8
 from lra.errors import UserError
 
-# Level name -> the release's folder; the generator's levels and the data command's choices
-# come from here.
-LEVEL_FOLDERS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9",
-                 "hard": "curv_contour_length_14"}
 # The one known empty image of the original release.
 KNOWN_EMPTY = {("curv_baseline", "imgs/0", "sample_172.png")}
+# Contiguous parts of the metadata order, in this order.
 SPLIT_FRACTIONS = (("train", 0.8), ("val", 0.1), ("test", 0.1))
-IMAGES_TASK = "pathfinder images"  # the record task of a folder the generator wrote
 
 
 def find_level_dir(root: str, size: int, level: str) -> str:
@@ -78,9 +75,14 @@ def decode_png(path: str, size: int) -> np.ndarray:
 
 
 def split_bounds(num: int) -> dict[str, tuple[int, int]]:
-  """Contiguous 80% / 10% / 10% of the metadata order."""
-  train_end, val_end = int(num * 0.8), int(num * 0.9)
-  return {"train": (0, train_end), "val": (train_end, val_end), "test": (val_end, num)}
+  """(start, end) of each split's part of the metadata order (SPLIT_FRACTIONS); the last one
+  ends at `num`."""
+  bounds, start, reached = {}, 0, 0.0
+  for split, fraction in SPLIT_FRACTIONS:
+    reached += fraction
+    end = num if split == SPLIT_FRACTIONS[-1][0] else int(num * reached)
+    bounds[split], start = (start, end), end
+  return bounds
 
 
 def _made(level_dir: str, size: int) -> dict:
@@ -123,7 +125,6 @@ def generate_and_prepare(data_dir: str, *, size: int, level: str, num_images: in
                          seed: int = 0, workers: int | None = None,
                          progress: bool = True) -> dict[str, int]:
   """Generates the release layout into data_dir/<level folder>, then prepares the splits."""
-  from lra.data import pathfinder_gen  # the generator is only needed when generating
   level_dir = pathfinder_gen.generate_release(data_dir, size=size, level=level,
                                               num_images=num_images, seed=seed,
                                               workers=workers, progress=progress)
@@ -153,7 +154,6 @@ def load(config) -> Task:
       raise UserError(f"Pathfinder data not found in {prepared}; make it with: "
                       f"{generate_command(data)}  (or add --release_dir=PATH/lra_release "
                       f"to read the original release)")
-    from lra.data import pathfinder_gen
     if data.size not in pathfinder_gen.SIZES:
       raise UserError(f"config.data.size={data.size!r}: the generator makes sizes "
                       f"{', '.join(map(str, pathfinder_gen.SIZES))}")
@@ -176,5 +176,4 @@ def load(config) -> Task:
   length = data.size * data.size
   splits = {s: store.load_split(prepared, s, ["inputs"], length, remake=generate_command(data))
             for s in SPLITS}
-  return Task(config.task, 2, 256, length, False, splits, padding=data.black_is_padding,
-              data=note)
+  return Task.of(config.task, length, splits, padding=data.black_is_padding, data=note)

@@ -14,6 +14,7 @@ import numpy as np
 import tqdm
 
 from lra.data import record, store, text
+from lra.data.reading import decode_utf8
 from lra.data.tasks import SPLITS, Task, require_prepared
 from lra.errors import UserError
 
@@ -29,7 +30,7 @@ def iter_pairs(path: str) -> Iterator[tuple[int, bytes, bytes]]:
   with open(path, "rb") as f:
     for number, line in enumerate(f, 1):
       # The model reads bytes, but bytes that are not UTF-8 mean a damaged or re-encoded file.
-      text.decode_utf8(line, f"{path}, line {number}")
+      decode_utf8(line, f"{path}, line {number}")
       columns = line.rstrip(b"\r\n").split(b"\t")
       if len(columns) != 5:
         raise UserError(f"{path}, line {number}: expected 5 tab-separated columns "
@@ -84,5 +85,4 @@ def load(config) -> Task:
   note = record.check(data.data_dir, "retrieval", data, remake)  # made with these settings
   splits = {s: store.load_split(data.data_dir, s, ["inputs", "inputs2"], data.max_len,
                                 remake=remake) for s in SPLITS}
-  return Task("retrieval", text.NUM_CLASSES, text.VOCAB_SIZE, data.max_len, True, splits,
-              data=note)
+  return Task.of("retrieval", data.max_len, splits, data=note)

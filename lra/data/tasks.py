@@ -1,4 +1,5 @@
-"""Tasks by name: each gives its splits, vocabulary, class count and input kind.
+"""Tasks by name: each gives its splits, vocabulary, class count and input kind; FACTS holds
+each task's fixed numbers (classes, vocabulary, full split sizes) for every layer.
 
 A task never knows about models; the trainer puts the two together. Each task's loader lives
 with its reader (lra.data.listops.load, lra.data.text.load, ...); large tasks are read from
@@ -14,11 +15,31 @@ from lra.errors import UserError
 
 SPLITS = ("train", "val", "test")
 
-# Task name -> the lra.data module whose load(config) makes it, imported when the task is
-# asked for (so reading the names costs nothing). The paper's order.
-_LOADERS = {"listops": "listops", "text": "text", "retrieval": "retrieval", "image": "image",
-            "pathfinder": "pathfinder", "pathx": "pathfinder"}
-NAMES: tuple[str, ...] = tuple(_LOADERS)
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+  """What a task is whatever its config: the one place of each of these numbers."""
+  module: str       # the lra.data module whose load(config) makes it, imported when asked for
+  num_classes: int
+  vocab_size: int   # token ids 0..vocab_size-1
+  pair: bool        # two inputs per example (dual encoder)
+  test_size: int    # the test split of the task's full data (LRA release, standard downloads)
+  train_size: int   # the train split its default config makes of the full data
+
+
+# The paper's order. Text and Image hold out part of train for validation: 22,500 of IMDb's
+# 25,000, CIFAR-10's train[:90%]; Pathfinder splits 200,000 images 80/10/10. Token ids: Text and
+# Retrieval byte + 1 (0 pads), Image and Pathfinder the pixel values, ListOps
+# lra.data.listops.VOCAB + padding + out-of-vocabulary.
+FACTS: dict[str, Facts] = {
+    "listops": Facts("listops", 10, 17, False, test_size=2000, train_size=96000),
+    "text": Facts("text", 2, 257, False, test_size=25000, train_size=22500),
+    "retrieval": Facts("retrieval", 2, 257, True, test_size=17437, train_size=147086),
+    "image": Facts("image", 10, 256, False, test_size=10000, train_size=45000),
+    "pathfinder": Facts("pathfinder", 2, 256, False, test_size=20000, train_size=160000),
+    "pathx": Facts("pathfinder", 2, 256, False, test_size=20000, train_size=160000),
+}
+NAMES: tuple[str, ...] = tuple(FACTS)
 
 
 @dataclasses.dataclass
@@ -36,6 +57,13 @@ class Task:
   # the rows to max_len: {"record": ..., "cut": {"from": L, "to": max_len} or None}. The
   # trainer writes it into results.json, so a result says which data it was measured on.
   data: dict = dataclasses.field(default_factory=lambda: {"record": None, "cut": None})
+
+  @classmethod
+  def of(cls, name: str, max_len: int, splits: dict[str, dict], **options) -> Task:
+    """Task `name` with its class count, vocabulary and pairing from FACTS."""
+    facts = FACTS[name]
+    return cls(name, facts.num_classes, facts.vocab_size, max_len, facts.pair, splits,
+               **options)
 
 
 def require_prepared(data_dir: str, splits, what: str, command: str) -> None:
@@ -56,13 +84,13 @@ def _check_labels(task: Task) -> None:
 
 def load(config) -> Task:
   """config.task's data as a Task; missing or malformed data raises UserError."""
-  if config.task not in _LOADERS:
+  if config.task not in FACTS:
     raise UserError(f"unknown task {config.task!r}; valid tasks: {', '.join(NAMES)}")
   data_dir = str(config.data.data_dir)
   if "://" in data_dir:  # memory-mapped arrays and the generators need a local folder
     raise UserError(f"config.data.data_dir={data_dir} is remote storage; copy the data to local "
                     f"disk (memory-mapped files need a local path) and point data_dir there")
-  module = importlib.import_module(f"lra.data.{_LOADERS[config.task]}")
+  module = importlib.import_module(f"lra.data.{FACTS[config.task].module}")
   task = module.load(config)
   _check_labels(task)
   return task

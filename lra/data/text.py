@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from lra.data import archive, record, store
-from lra.data.tasks import Task, require_prepared
+from lra.data.reading import decode_utf8, open_tfds_source
+from lra.data.tasks import FACTS, Task, require_prepared
 from lra.errors import UserError
 
 PAD_ID = 0
-VOCAB_SIZE = 257  # 256 byte values shifted by one, plus padding
-NUM_CLASSES = 2
 RAW_SPLITS: tuple[str, ...] = ("train", "test")
 
 
@@ -33,34 +31,6 @@ def encode_bytes(data: bytes, max_len: int) -> np.ndarray:
   head = np.frombuffer(bytes(data[:max_len]), np.uint8)
   ids[:head.size] = head.astype(np.uint16) + 1
   return ids
-
-
-def _prepare_hint(name: str, data_dir: str | None, raw_hint: str) -> str:
-  where = repr(data_dir) if data_dir is not None else (
-      "None (the TFDS default: $TFDS_DATA_DIR or ~/tensorflow_datasets)")
-  dir_arg = repr(data_dir) if data_dir is not None else "None"
-  return (f"TFDS dataset {name!r} is not prepared as array_record under data_dir={where}. "
-          "Prepare it once on a machine with TensorFlow installed:\n"
-          f"  python -c \"import tensorflow_datasets as tfds; tfds.builder({name!r}, "
-          f"data_dir={dir_arg}, file_format='array_record').download_and_prepare()\"\n"
-          f"or {raw_hint}")
-
-
-def open_tfds_source(name: str, split: str, data_dir: str | None, raw_hint: str) -> Sequence[Any]:
-  """tfds.data_source without downloading; a missing dataset raises UserError."""
-  try:
-    import tensorflow_datasets as tfds  # slow import, only needed for this source
-  except ModuleNotFoundError as e:
-    if e.name != "tensorflow_datasets":
-      raise
-    raise UserError("reading a TFDS folder needs tensorflow-datasets: pip install -e '.[tfds]' "
-                    f"-c constraints.txt (or {raw_hint})") from e
-  try:
-    return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
-  except (NotImplementedError, KeyError, FileNotFoundError) as e:
-    # TFDS reports a missing dataset as a non-random-access (TFRecord) format when no
-    # dataset_info.json exists, or as empty splits; neither names the actual problem.
-    raise UserError(f"{_prepare_hint(name, data_dir, raw_hint)}\n(TFDS said: {e})") from e
 
 
 def _as_bytes(text: Any) -> bytes:
@@ -89,20 +59,10 @@ def load_tfds_imdb(split: str, data_dir: str | None) -> tuple[list[bytes], np.nd
     example = source[i]
     texts.append(_as_bytes(example["text"]))
     labels[i] = int(example["label"])
-  if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
+  if labels.size and (labels.min() < 0 or labels.max() >= FACTS["text"].num_classes):
     raise UserError(f"imdb_reviews split {split!r} has labels outside 0..1 "
                     "(the 'unsupervised' split is unlabelled)")
   return texts, labels
-
-
-def decode_utf8(data: bytes, where: str) -> str:
-  """`data` as text; bytes that are not UTF-8 raise UserError naming `where` (file and line)."""
-  try:
-    return data.decode("utf-8")
-  except UnicodeDecodeError as e:
-    raise UserError(f"{where}: not UTF-8 text (byte 0x{data[e.start]:02x} at column "
-                    f"{e.start + 1}); the file is damaged or in another encoding, fetch or "
-                    "save it again as UTF-8") from None
 
 
 # What aclImdb_v1.tar.gz holds (12,500 pos + 12,500 neg per split): fewer means the archive is
@@ -167,4 +127,4 @@ def load(config) -> Task:
                                                           data.max_len, index, remake)
   splits = {"train": load_split("train", train_index), "val": load_split(val_source, val_index),
             "test": load_split("test")}
-  return Task("text", NUM_CLASSES, VOCAB_SIZE, data.max_len, False, splits, data=note)
+  return Task.of("text", data.max_len, splits, data=note)

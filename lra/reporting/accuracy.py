@@ -5,11 +5,13 @@ import os
 
 import numpy as np
 
+from lra import paths
+from lra.data.tasks import FACTS
 from lra.reporting import comparable, files, markdown
 from lra.reporting.numbers import pct
 from lra.reporting.results import CHOICE_RULE
-from lra.reporting.paper import (NUM_CLASSES, PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS,
-                                 PATHX_FAIL_SCORE, TASKS, TASKS5, model_order)
+from lra.reporting.paper import (PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS, PATHX_FAIL_SCORE,
+                                 TASKS, TASKS5, model_order)
 
 
 def _config_summary(config: dict) -> str:
@@ -73,13 +75,14 @@ def _avgs(scores: dict[str, float | None]) -> tuple[float | None, float | None, 
   return float(np.mean(five)), avg6, assumed
 
 
-def accuracy_table(results: list[dict], include_paper_models: bool = True) -> dict:
+def accuracy_table(results: list[dict], *, references: comparable.References,
+                   include_paper_models: bool = True) -> dict:
   """Rows per model: our test accuracy (%) next to the paper's, plus both averages.
 
   Missing cells stay None (never filled in). A cell whose run did not use the task's full data
-  and the paper-comparable config lists why in "not_comparable" and has no diff; so has an
-  average over such a cell. avg6 counts a missing Path-X as 50 and says so
-  in `avg6_pathx_assumed`; a Path-X run is used at its own figure whatever it reached.
+  and the paper-comparable config (one `references` makes) lists why in "not_comparable" and
+  has no diff; so has an average over such a cell. avg6 counts a missing Path-X as 50 and says
+  so in `avg6_pathx_assumed`; a Path-X run is used at its own figure whatever it reached.
   """
   by_model: dict[str, dict[str, dict]] = {}
   for r in results:
@@ -94,7 +97,8 @@ def accuracy_table(results: list[dict], include_paper_models: bool = True) -> di
       ours = pct(result["test_accuracy"]) if result else None
       paper_value = paper.get(task) if paper else None
       # Compared with the paper only on its full data and its config; otherwise marked.
-      why_not = comparable.differences(result) if result and paper_value is not None else []
+      why_not = (comparable.differences(result, references) if result and paper_value is not None
+                 else [])
       cells[task] = {
           "ours": ours,
           "paper": paper_value,
@@ -164,17 +168,20 @@ def guessing_baseline(table: dict, average: str) -> tuple[float, str]:
             if row["cells"][task]["run"] and
             row["cells"][task]["run"]["majority_rate"] is not None]
     recorded += bool(seen)
-    rates.append(max(seen) if seen else 100.0 / NUM_CLASSES[task])
+    rates.append(max(seen) if seen else 100.0 / FACTS[task].num_classes)
   name = ("majority class" if recorded == len(tasks) else
           "chance" if recorded == 0 else "majority class or chance")
   return float(np.mean(rates)), name
 
 
-def table_files(results: list[dict]) -> tuple[dict, str, dict[str, str]]:
-  """The accuracy table of these runs, its markdown, and the files that hold it (name -> text):
-  accuracy.md, .csv and .json, as eval.py accuracy and lra.leaderboard write them."""
-  table = accuracy_table(results)
+def write_tables(results: list[dict], out, references: comparable.References) -> tuple[dict, str]:
+  """Writes the accuracy table of these runs as accuracy.md, .csv and .json into the folder
+  `out` (local or a URL such as gs://bucket/eval), each file whole: the one way eval.py accuracy
+  and lra.leaderboard write it. Returns (the table, its markdown)."""
+  table = accuracy_table(results, references=references)
   text = markdown.accuracy_markdown(table)
-  return table, text, {"accuracy.md": text + "\n",
-                       "accuracy.csv": files.csv_text(accuracy_rows(table)),
-                       "accuracy.json": files.json_text(table)}
+  folder = paths.resolve(out)
+  paths.write_text(folder / "accuracy.md", text + "\n")
+  files.write_csv(folder / "accuracy.csv", accuracy_rows(table))
+  files.write_json(folder / "accuracy.json", table)
+  return table, text

@@ -1,29 +1,17 @@
-"""Speed and memory of the real train step, one model and length per fresh process.
+"""Speed and memory of the real train step: one config measured in this process.
 
-The setup of the paper's Table 2: the Text task (random bytes), the Text base model by default,
-batch 32, lengths 1K-4K. `eval.py speed` drives it; `python -m lra.reporting.benchmark --one ...`
-is the child process that measures one (model, length) and prints one JSON line.
+The setup of the paper's Table 2 (the Text task on random bytes, the Text base model, batch 32,
+lengths 1K-4K) is made by lra.measuring, which runs each (model, length) in a fresh process
+(`eval.py speed` drives it) and gives its config to `measure` here.
 """
 from __future__ import annotations
 
-import argparse
-import ast
-import importlib
-import json
 import os
-import subprocess
-import sys
 import time
-import traceback
 from typing import Any
 
-from configs import table
 from lra.errors import UserError
 
-# The Text base model of the original repository (configs/table.py).
-TEXT_BASE_SIZE = dict(table.SIZES["text"]["base"])
-# The repository root: the measuring child runs there (configs/ is imported from it).
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM")
 TAIL_LINES = 60  # of a failed cell's output, kept in its row (the reason, where one machine ran)
 
@@ -49,24 +37,6 @@ def matmul_peak_flops(dtype: str = "float32", seconds: float = 1.0) -> float:
   return best
 
 
-def parse_sets(items: list[str]) -> dict[str, Any]:
-  """['reversible=True', 'norm=batch'] -> {'reversible': True, 'norm': 'batch'}.
-
-  Values are Python literals (True, 12, 0.5, "x", None); anything else is taken as a string.
-  """
-  sets = {}
-  for item in items:
-    key, sep, text = item.partition("=")
-    if not sep or not key.strip():
-      raise UserError(f"--set {item!r} is not KEY=VALUE (e.g. --set reversible=True)")
-    try:
-      value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError):
-      value = text.strip()
-    sets[key.strip()] = value
-  return sets
-
-
 def override(model_config, sets: dict[str, Any], root: str = "config.model") -> None:
   """Sets config.model fields ('attention.NAME' for a mixer setting), or the fields below
   `root`; an unknown key is an error naming the valid ones."""
@@ -87,39 +57,23 @@ def override(model_config, sets: dict[str, Any], root: str = "config.model") -> 
       raise UserError(f"--set {key}={value!r}: {e}") from None
 
 
-def measured_config(model: str, length: int, batch: int, size: dict[str, int], dtype: str,
-                    sets: dict[str, Any] | None = None):
-  """The Text config that `measure` times (eval.py builds it first to check the settings)."""
-  from configs import text
-  c = text.get_config(model)
-  c.data.max_len = length
-  c.batch_size = c.eval_batch_size = batch
-  c.model.dtype = dtype
-  for key, value in size.items():
-    c.model[key] = value
-  override(c.model, sets or {})
-  return c
-
-
-def measure(model: str, length: int, batch: int, size: dict[str, int], dtype: str = "float32",
-            repeats: int = 5, steps_per_repeat: int = 3,
-            sets: dict[str, Any] | None = None) -> dict[str, Any]:
-  """Compiles and times the real train step (forward, backward, AdamW update) in this process.
-
-  `sets` overrides config.model fields after `size` (e.g. {"reversible": True})."""
+def measure(config, repeats: int = 5, steps_per_repeat: int = 3) -> dict[str, Any]:
+  """Compiles and times the real train step (forward, backward, AdamW update) of a Text
+  `config` (its model, data.max_len and batch_size) on random bytes, in this process."""
   import jax
   import numpy as np
   from lra.data import tasks
   from lra.training import trainer
+  model, length, batch = config.model.name, config.data.max_len, config.batch_size
   row: dict[str, Any] = {"model": model, "length": length, "batch": batch, "status": "ok"}
-  config = measured_config(model, length, batch, size, dtype, sets)
+  facts = tasks.FACTS["text"]
   rng = np.random.default_rng(0)
-  split = {"inputs": rng.integers(1, 257, size=(batch, length)).astype(np.int32),
-           "labels": rng.integers(0, 2, size=batch).astype(np.int32)}
-  task = tasks.Task("text", 2, 257, length, False, {s: split for s in tasks.SPLITS})
+  split = {"inputs": rng.integers(1, facts.vocab_size, size=(batch, length)).astype(np.int32),
+           "labels": rng.integers(0, facts.num_classes, size=batch).astype(np.int32)}
+  task = tasks.Task.of("text", length, {s: split for s in tasks.SPLITS})
   model_def = trainer.build_model(config, task)
   mesh = trainer.make_mesh()
-  train_step, _, sharding = trainer.make_steps(model_def, False, mesh)
+  train_step, _, sharding = trainer.make_steps(model_def, task.pair, mesh)
   state = trainer.create_state(model_def, task, config, mesh)
   batch_arrays = trainer.to_global(dict(split), sharding)
   key = jax.random.PRNGKey(0)
@@ -154,8 +108,8 @@ def measure(model: str, length: int, batch: int, size: dict[str, int], dtype: st
   return row
 
 
-def _failure(model: str, length: int, batch: int, message: str,
-             output: str = "") -> dict[str, Any]:
+def failure(model: str, length: int, batch: int, message: str,
+            output: str = "") -> dict[str, Any]:
   """A failed cell's row: OOM, or the error's last line; `output`'s last lines (a traceback,
   the child's stderr) kept as `output_tail`."""
   oom = any(m in message for m in OOM_MARKERS)
@@ -167,83 +121,9 @@ def _failure(model: str, length: int, batch: int, message: str,
   return row
 
 
-def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, int],
-                         dtype: str, repeats: int, timeout_s: float,
-                         imports: tuple[str, ...] = (),
-                         sets: tuple[str, ...] = ()) -> dict[str, Any]:
-  """One (model, length) per process, so no model's peak memory counts for another."""
-  command = [sys.executable, "-m", "lra.reporting.benchmark", "--one", "--model", model,
-             "--length", str(length), "--batch", str(batch), "--dtype", dtype,
-             "--repeats", str(repeats), "--size", json.dumps(size)]
-  command += [f"--import={module}" for module in imports]
-  command += [f"--set={item}" for item in sets]
-  env = {**os.environ, "PYTHONPATH": _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-  try:
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,
-                          cwd=_ROOT)
-  except subprocess.TimeoutExpired:
-    return _failure(model, length, batch, f"timed out after {timeout_s:.0f} s")
-  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
-  if proc.returncode == 0 and lines:
-    return json.loads(lines[-1])
-  if proc.returncode in (-9, 137):  # killed, on a CPU host most likely by the OOM killer
-    return _failure(model, length, batch, "OOM (process killed)")
-  return _failure(model, length, batch, proc.stderr or f"exit code {proc.returncode}",
-                  proc.stdout + proc.stderr)
-
-
-def machine_in_fresh_process(dtype: str, timeout_s: float = 600) -> dict[str, Any]:
-  """The device description and matmul peak, measured in a child (the parent holds no device)."""
-  proc = subprocess.run([sys.executable, "-m", "lra.reporting.benchmark", "--machine",
-                         "--dtype", dtype], capture_output=True, text=True, timeout=timeout_s,
-                        cwd=_ROOT)
-  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
-  if proc.returncode != 0 or not lines:
-    raise RuntimeError(f"could not describe the machine: {proc.stderr.strip()[-500:]}")
-  return json.loads(lines[-1])
-
-
 def describe_machine() -> dict[str, Any]:
   import jax
   device = jax.devices()[0]
   return {"platform": device.platform, "device_kind": device.device_kind,
           "device_count": jax.device_count(), "jax_version": jax.__version__,
           "cpu_count": os.cpu_count()}
-
-
-def main(argv=None) -> None:
-  p = argparse.ArgumentParser(description="measure one (model, length); prints one JSON line")
-  p.add_argument("--one", action="store_true", help="measure one (model, length)")
-  p.add_argument("--machine", action="store_true",
-                 help="describe the machine and measure its matmul peak instead")
-  p.add_argument("--model")
-  p.add_argument("--length", type=int)
-  p.add_argument("--batch", type=int)
-  p.add_argument("--dtype", default="float32")
-  p.add_argument("--repeats", type=int, default=5)
-  p.add_argument("--size", default=json.dumps(TEXT_BASE_SIZE))
-  p.add_argument("--import", dest="imports", action="append", default=[],
-                 help="a module to import first (one that registers a new mixer)")
-  p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                 help="override a config.model field after --size (repeatable)")
-  args = p.parse_args(argv)
-  if args.machine:
-    machine = describe_machine()
-    machine["matmul_peak_flops_per_s"] = matmul_peak_flops(args.dtype)
-    print(json.dumps(machine), flush=True)
-    return
-  if not (args.one and args.model and args.length and args.batch):
-    p.error("--one needs --model, --length and --batch")
-  try:
-    for module in args.imports:
-      importlib.import_module(module)
-    row = measure(args.model, args.length, args.batch, json.loads(args.size), args.dtype,
-                  args.repeats, sets=parse_sets(args.sets))
-  except Exception as e:  # reported as a table cell, never a crash of the whole table
-    row = _failure(args.model, args.length, args.batch, f"{type(e).__name__}: {e}",
-                   traceback.format_exc())
-  print(json.dumps(row), flush=True)
-
-
-if __name__ == "__main__":
-  main()

@@ -3,26 +3,22 @@ paper-comparable config (the task config's base or `,paper` option for that mode
 
 A run that differs (a CPU or toy run, cut data, other sizes or steps) is still reported, but
 marked and explained, and left out of every comparison with the paper.
+
+The reference configs come from configs/, which this library never imports: the commands
+give a `References` function (lra.references.paper_configs) to the functions that need it.
 """
 from __future__ import annotations
 
-import functools
-import importlib
 import json
-from typing import Any
+from typing import Any, Callable
 
 from lra import config_record
-from lra.errors import UserError
+from lra.data.tasks import FACTS
 from lra.training import options
-from models.settings import SettingError
 
-# The test split of each task's full data (LRA release / the standard downloads), and the
-# train split its default config makes from them (Text and Image hold out part of train for
-# validation: 22,500 of IMDb's 25,000; CIFAR-10's train[:90%]).
-FULL_TEST = {"listops": 2000, "text": 25000, "retrieval": 17437, "image": 10000,
-             "pathfinder": 20000, "pathx": 20000}
-FULL_TRAIN = {"listops": 96000, "text": 22500, "retrieval": 147086, "image": 45000,
-              "pathfinder": 160000, "pathx": 160000}
+# (task, model) -> ((option, flat config as results.json records it), ...) of the task config's
+# base and `,paper` options for the model; () where this repository has no config of it.
+References = Callable[[str, str], tuple[tuple[str, dict[str, Any]], ...]]
 
 # Config fields that do not change what a run measures: the trainer's are flagged in
 # lra/training/options.py (seeds, the cadence of logs, evaluations and saves, a time limit,
@@ -39,28 +35,13 @@ _IGNORED = options.IGNORED_BY_COMPARISON | {
 _NOT_DATA = {"data_dir", "workers", "generate_if_missing", "max_len"}
 
 
-@functools.lru_cache(maxsize=None)
-def _references(task: str, model: str) -> tuple[tuple[str, dict[str, Any]], ...]:
-  """(option, flat config) of the task config's base and `,paper` options for `model`."""
-  module = importlib.import_module(f"configs.{task}")
-  refs = []
-  for option in ("base", "paper"):
-    try:
-      config = module.get_config(model if option == "base" else f"{model},paper")
-    except (UserError, SettingError):  # a model this repository does not know
-      return ()
-    # Through JSON, as results.json stores it (tuples become lists).
-    refs.append((option, config_record.flat(config_record.as_json(config))))
-  return tuple(refs)
-
-
-def _config_differences(result: dict) -> list[str]:
+def _config_differences(result: dict, references: References) -> list[str]:
   """What in the run's recorded config differs from the closest paper-comparable config."""
   recorded = result.get("config")
   if not isinstance(recorded, dict):
     return ["no config recorded"]
   mixer = result.get("mixer", result["model"])
-  refs = _references(result["task"], mixer)
+  refs = references(result["task"], mixer)
   if not refs:
     return [f"this repository has no config of model {mixer!r}"]
   ours = config_record.flat(recorded)
@@ -84,23 +65,24 @@ def _data_differences(result: dict) -> list[str]:
   test, train = result.get("test_count"), result.get("train_count")
   if test is None:
     return ["test split size not recorded"]
-  diffs = []
-  if test != FULL_TEST[task]:
-    diffs.append(f"tested on {test} examples (full test split: {FULL_TEST[task]})")
-  if train is not None and train < FULL_TRAIN[task]:
-    diffs.append(f"trained on {train} examples (full: {FULL_TRAIN[task]})")
+  diffs, full = [], FACTS[task]
+  if test != full.test_size:
+    diffs.append(f"tested on {test} examples (full test split: {full.test_size})")
+  if train is not None and train < full.train_size:
+    diffs.append(f"trained on {train} examples (full: {full.train_size})")
   return diffs
 
 
-def differences(result: dict) -> list[str]:
-  """Why this run cannot stand beside the paper's number; [] when it can."""
+def differences(result: dict, references: References) -> list[str]:
+  """Why this run cannot stand beside the paper's number ([] when it can), against the
+  reference configs that `references` makes."""
   changed = ["settings changed on a resume (config_changes in results.json)"
              ] if result.get("config_changes") else []
   stopped = result.get("stopped_early")
   if isinstance(stopped, dict):
     changed.append(f"stopped by {stopped.get('by')} after {stopped.get('step')} of "
                    f"{stopped.get('planned_num_train_steps')} steps")
-  return _data_differences(result) + _config_differences(result) + changed
+  return _data_differences(result) + _config_differences(result, references) + changed
 
 
 def data_key(result: dict) -> str:

@@ -8,8 +8,6 @@ from lra.data.tasks import NAMES
 
 TASKS = NAMES  # the paper's order
 TASKS5 = TASKS[:5]  # LRA's own average leaves Path-X out
-NUM_CLASSES = {"listops": 10, "text": 2, "retrieval": 2, "image": 10, "pathfinder": 2,
-               "pathx": 2}
 TASK_TITLES = {"listops": "ListOps", "text": "Text", "retrieval": "Retrieval",
                "image": "Image", "pathfinder": "Pathfinder", "pathx": "Path-X"}
 

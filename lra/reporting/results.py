@@ -73,9 +73,10 @@ CHOICE_RULE = ("Of several runs of one model and task, a run on the task's full 
                "examples is kept, then the first one found.")
 
 
-def _choose(old: dict, new: dict) -> tuple[dict, dict, str]:
+def _choose(old: dict, new: dict, references: comparable.References) -> tuple[dict, dict, str]:
   """(kept, dropped, why) of two runs of one (model, task), by CHOICE_RULE."""
-  old_ok, new_ok = not comparable.differences(old), not comparable.differences(new)
+  old_ok = not comparable.differences(old, references)
+  new_ok = not comparable.differences(new, references)
   if old_ok != new_ok:
     return (new, old, "full data and the paper's config") if new_ok else (
         old, new, "full data and the paper's config")
@@ -103,14 +104,15 @@ def run_label(result: dict) -> str:
   return result["model"]
 
 
-def collect_results(workdirs: list[str], warnings: list[str] | None = None) -> list[dict]:
+def collect_results(workdirs: list[str], warnings: list[str] | None = None, *,
+                    references: comparable.References) -> list[dict]:
   """Reads every results.json under the given run or parent directories.
 
   Problems (missing results, unreadable or impossible files, unknown tasks, duplicate runs)
   are appended to `warnings` (the caller prints them) instead of raised, one line per file,
   so one broken run does not hide the others. Of several runs of the same (model, task) one
-  is kept by CHOICE_RULE; it gets "workdir" and, when it won a choice, "superseded" (the other run
-  directories).
+  is kept by CHOICE_RULE (paper-comparable: against the configs `references` makes); it gets
+  "workdir" and, when it won a choice, "superseded" (the other run directories).
   """
   warnings = [] if warnings is None else warnings
   kept: dict[tuple[str, str], dict] = {}
@@ -132,7 +134,7 @@ def collect_results(workdirs: list[str], warnings: list[str] | None = None) -> l
       if old is None:
         kept[key] = result
         continue
-      winner, loser, why = _choose(old, result)
+      winner, loser, why = _choose(old, result, references)
       winner["superseded"] = (list(winner.get("superseded", [])) + [loser["workdir"]] +
                               list(loser.get("superseded", [])))
       kept[key] = winner

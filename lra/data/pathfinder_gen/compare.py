@@ -19,9 +19,9 @@ import platform
 import numpy as np
 from PIL import Image
 
-from lra.data.pathfinder import LEVEL_FOLDERS
 from lra.data.pathfinder_gen import stats
 from lra.data.pathfinder_gen.classify import cnn_accuracy, features, logistic_accuracy
+from lra.data.pathfinder_gen.params import LEVEL_FOLDERS
 from lra.errors import UserError
 
 FOLDER_LEVELS = {folder: level for level, folder in LEVEL_FOLDERS.items()}

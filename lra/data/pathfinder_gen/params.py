@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from lra.data.pathfinder import LEVEL_FOLDERS
-
-# Paddles per target snake at each level; the folder names are the reader's (LEVEL_FOLDERS).
+# Level name -> the release's folder: the generator writes it, the reader
+# (lra.data.pathfinder) finds it, the data command offers the names.
+LEVEL_FOLDERS = {"easy": "curv_baseline", "intermediate": "curv_contour_length_9",
+                 "hard": "curv_contour_length_14"}
+IMAGES_TASK = "pathfinder images"  # the record task of a folder the generator wrote
+# Paddles per target snake at each level.
 CONTOUR_LENGTHS = {"easy": 6, "intermediate": 9, "hard": 14}
 LEVELS: dict[str, tuple[str, int]] = {
   level: (LEVEL_FOLDERS[level], length) for level, length in CONTOUR_LENGTHS.items()}

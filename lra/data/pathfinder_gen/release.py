@@ -12,8 +12,7 @@ from tqdm import tqdm
 
 from lra import paths
 from lra.data import record
-from lra.data.pathfinder import IMAGES_TASK
-from lra.data.pathfinder_gen.params import Params, params_for
+from lra.data.pathfinder_gen.params import IMAGES_TASK, Params, params_for
 from lra.data.pathfinder_gen.snakes import sample
 from lra.errors import UserError
 

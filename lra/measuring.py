@@ -1,0 +1,121 @@
+"""The speed and memory runs of `eval.py speed`: the Text config of each (model, length), measured
+one per fresh process so that no model's peak memory counts for another.
+
+The setup of the paper's Table 2: the Text task (random bytes), the Text base model by default,
+batch 32, lengths 1K-4K. `python -m lra.measuring --one ...` is the child process that measures
+one (model, length) with lra.reporting.benchmark and prints one JSON line; `--machine` describes
+the device and its matmul peak. A command, so it loads configs/ (the library does not).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import traceback
+from typing import Any
+
+from configs import table, text
+from lra import cli
+from lra.reporting import benchmark
+
+# The Text base model of the original repository (configs/table.py).
+TEXT_BASE_SIZE = dict(table.SIZES["text"]["base"])
+# The repository root: the measuring child runs there (configs/ is imported from it).
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CHILD = "lra.measuring"  # this module, as `python -m` runs it
+
+
+def measured_config(model: str, length: int, batch: int, size: dict[str, int], dtype: str,
+                    sets: dict[str, Any] | None = None):
+  """The Text config that the child times (eval.py builds it first to check the settings);
+  `sets` overrides config.model fields after `size` (e.g. {"reversible": True})."""
+  c = text.get_config(model)
+  c.data.max_len = length
+  c.batch_size = c.eval_batch_size = batch
+  c.model.dtype = dtype
+  for key, value in size.items():
+    c.model[key] = value
+  benchmark.override(c.model, sets or {})
+  return c
+
+
+def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, int],
+                         dtype: str, repeats: int, timeout_s: float,
+                         imports: tuple[str, ...] = (),
+                         sets: tuple[str, ...] = ()) -> dict[str, Any]:
+  """One (model, length) per process, so no model's peak memory counts for another."""
+  command = [sys.executable, "-m", _CHILD, "--one", "--model", model,
+             "--length", str(length), "--batch", str(batch), "--dtype", dtype,
+             "--repeats", str(repeats), "--size", json.dumps(size)]
+  command += [f"--import={module}" for module in imports]
+  command += [f"--set={item}" for item in sets]
+  env = {**os.environ, "PYTHONPATH": _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+  try:
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,
+                          cwd=_ROOT)
+  except subprocess.TimeoutExpired:
+    return benchmark.failure(model, length, batch, f"timed out after {timeout_s:.0f} s")
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+  if proc.returncode == 0 and lines:
+    return json.loads(lines[-1])
+  if proc.returncode in (-9, 137):  # killed, on a CPU host most likely by the OOM killer
+    return benchmark.failure(model, length, batch, "OOM (process killed)")
+  return benchmark.failure(model, length, batch, proc.stderr or f"exit code {proc.returncode}",
+                           proc.stdout + proc.stderr)
+
+
+def machine_in_fresh_process(dtype: str, timeout_s: float = 600) -> dict[str, Any]:
+  """The device description and matmul peak, measured in a child (the parent holds no device)."""
+  proc = subprocess.run([sys.executable, "-m", _CHILD, "--machine", "--dtype", dtype],
+                        capture_output=True, text=True, timeout=timeout_s, cwd=_ROOT)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+  if proc.returncode != 0 or not lines:
+    raise RuntimeError(f"could not describe the machine: {proc.stderr.strip()[-500:]}")
+  return json.loads(lines[-1])
+
+
+def _parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(description="measure one (model, length); prints one JSON line")
+  p.add_argument("--one", action="store_true", help="measure one (model, length)")
+  p.add_argument("--machine", action="store_true",
+                 help="describe the machine and measure its matmul peak instead")
+  p.add_argument("--model")
+  p.add_argument("--length", type=int)
+  p.add_argument("--batch", type=int)
+  p.add_argument("--dtype", default="float32")
+  p.add_argument("--repeats", type=int, default=5)
+  p.add_argument("--size", default=json.dumps(TEXT_BASE_SIZE))
+  p.add_argument("--import", dest="imports", action="append", default=[],
+                 help="a module to import first (one that registers a new mixer)")
+  p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                 help="override a config.model field after --size (repeatable)")
+  return p
+
+
+def main(argv=None) -> None:
+  p = _parser()
+  args = p.parse_args(argv)
+  if args.machine:
+    machine = benchmark.describe_machine()
+    machine["matmul_peak_flops_per_s"] = benchmark.matmul_peak_flops(args.dtype)
+    print(json.dumps(machine), flush=True)
+    return
+  if not (args.one and args.model and args.length and args.batch):
+    p.error("--one needs --model, --length and --batch")
+  try:
+    for module in args.imports:
+      importlib.import_module(module)
+    config = measured_config(args.model, args.length, args.batch, json.loads(args.size),
+                             args.dtype, cli.parse_sets(args.sets))
+    row = benchmark.measure(config, args.repeats)
+  except Exception as e:  # reported as a table cell, never a crash of the whole table
+    row = benchmark.failure(args.model, args.length, args.batch, f"{type(e).__name__}: {e}",
+                            traceback.format_exc())
+  print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,118 @@
+"""The layers point one way (read from the sources with ast, nothing is imported): the library
+never imports configs/, and the project's modules import each other without a circle."""
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The commands above configs/ (they load configs and pass values in); every other module of
+# lra/ and models/ is library, or shared by library and commands.
+COMMANDS = ("lra/leaderboard.py", "lra/measuring.py", "lra/references.py")
+GRAPH_PACKAGES = ("lra", "models", "configs")
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = list(path.relative_to(ROOT).with_suffix("").parts)
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules(packages) -> dict[str, pathlib.Path]:
+  return {_module_name(p): p for package in packages
+          for p in sorted((ROOT / package).rglob("*.py"))}
+
+
+def _imported(node: ast.AST, module: str, is_package: bool, prefixes: bool = False) -> list[str]:
+  """The dotted names an import statement (or importlib.import_module call) names; with
+  `prefixes`, also the fixed start of a computed name (f"configs.{task}" -> configs)."""
+  if isinstance(node, ast.Import):
+    return [alias.name for alias in node.names]
+  if isinstance(node, ast.ImportFrom):
+    base = node.module or ""
+    if node.level:  # relative: from the module's package
+      package = module.split(".") if is_package else module.split(".")[:-1]
+      package = package[:len(package) - node.level + 1]
+      base = ".".join(package + ([base] if base else []))
+    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+  if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
+      == "import_module" and node.args):
+    first = node.args[0]
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+      return [first.value]
+    if prefixes and isinstance(first, ast.JoinedStr) and first.values and \
+        isinstance(first.values[0], ast.Constant):
+      return [str(first.values[0].value).rstrip(".")]  # f"configs.{task}" -> configs
+  return []
+
+
+def test_the_library_never_imports_configs():
+  """models/, lra/data, lra/training, lra/reporting and the shared lra modules take what comes
+  from configs/ as arguments: no import of configs anywhere in them, in functions included."""
+  found = []
+  for name, path in _modules(("lra", "models")).items():
+    if str(path.relative_to(ROOT)) in COMMANDS:
+      continue
+    for node in ast.walk(ast.parse(path.read_text())):
+      for target in _imported(node, name, path.name == "__init__.py", prefixes=True):
+        if target == "configs" or target.startswith("configs."):
+          found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
+  assert not found, "the library imports configs/: " + "; ".join(found)
+
+
+def _graph() -> dict[str, set[str]]:
+  """module -> the project modules it imports, anywhere in it (in functions too, and by
+  importlib.import_module). `from a import b` counts as an import of a.b where that is a
+  module, else of a; a package's own __init__ is not counted as imported by its submodules
+  (Python runs it first, but that is no circle of ours)."""
+  modules = _modules(GRAPH_PACKAGES)
+  graph = {}
+  for name, path in modules.items():
+    edges = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+      targets = _imported(node, name, path.name == "__init__.py")
+      if isinstance(node, ast.ImportFrom):
+        submodules = [t for t in targets[1:] if t in modules]
+        names_only = len(submodules) < len(targets) - 1
+        targets = submodules + ([targets[0]] if names_only else [])
+      edges.update(t for t in targets if t in modules and t != name)
+    graph[name] = edges
+  return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+  """One import circle of `graph` (its modules in order, the first repeated), or None."""
+  state, stack = {}, []
+
+  def visit(node):
+    state[node] = "open"
+    stack.append(node)
+    for nxt in sorted(graph[node]):
+      if state.get(nxt) == "open":
+        return stack[stack.index(nxt):] + [nxt]
+      if nxt not in state:
+        found = visit(nxt)
+        if found:
+          return found
+    stack.pop()
+    state[node] = "done"
+    return None
+
+  for node in sorted(graph):
+    if node not in state:
+      found = visit(node)
+      if found:
+        return found
+  return None
+
+
+def test_the_import_graph_has_no_circle():
+  """The modules of lra/, models/ and configs/ import each other without a circle, the
+  imports inside functions included: a lazy import (a task's loader, the generator, JAX where
+  a step runs) keeps a load cheap, it does not make a circle of the layers acceptable."""
+  graph = _graph()
+  assert "lra.data.pathfinder_gen.params" in graph["lra.data.pathfinder"]  # it reads edges
+  cycle = _cycle(graph)
+  assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_one():
+  assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+  assert _cycle({"a": {"b"}, "b": set()}) is None
