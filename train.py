@@ -36,11 +36,21 @@ def _fail(message: str) -> None:
 
 
 def _unknown_override(error: AttributeError, argv) -> str | None:
-  """The --config.PATH.KEY=... for a missing KEY that `error` is ml_collections' answer to."""
-  key = str(error).strip("\"'")
-  found = [a.split("=")[0] for a in argv
-           if a.startswith("--config.") and a.split("=")[0].split(".")[-1] == key]
-  return found[-1] if found else None
+  """The one-line message for an override of a KEY the config lacks (ml_collections' answer,
+  with its "Did you mean" suggestion), or None if no --config.PATH.KEY=... was given: then the
+  AttributeError is a bug. A mixer setting the model does not take never gets here: the config
+  raises the mixer's own error (configs/base.py MixerSettings)."""
+  # ml_collections' text is the repr of a KeyError: 'KEY' then, maybe, Did you mean "OTHER"
+  found = re.search(r"'(\w+)\\?'", str(error))
+  key = found.group(1) if found else str(error)
+  suggestion = re.search(r'Did you mean "(\w+)"', str(error))
+  flags_given = [a.split("=")[0] for a in argv
+                 if a.startswith("--config.") and a.split("=")[0].split(".")[-1] == key]
+  if not flags_given:
+    return None
+  hint = f" (did you mean {suggestion.group(1)!r}?)" if suggestion else ""
+  return (f"bad --config override {flags_given[-1]}: the config has no key {key!r}{hint}; a "
+          f"key must already exist in the config (see the config file for the valid keys)")
 
 
 def _config_specs(argv) -> list[str]:
@@ -49,46 +59,27 @@ def _config_specs(argv) -> list[str]:
           for i, a in enumerate(argv) if re.match(r"--?config(=|$)", a)]
 
 
-def _override_message(flag: str, error: AttributeError, argv) -> str:
-  """A missing key; under config.model.attention, the settings the config's mixer takes."""
-  if flag.startswith("--config.model.attention."):
-    from configs import base
-    from models import registry, settings
-    model = base.parse_arg(_config_specs(argv)[-1].partition(":")[2] or None)[0]
-    try:
-      if model in registry.names():
-        registry.check_settings(model, [flag.split(".")[-1]])
-    except settings.SettingError as e:  # names the settings the mixer takes
-      return str(e)
-  return (f"bad --config override ({error}); a key must already exist in the config "
-          f"(see the config file for the valid keys)")
-
-
 def _parse_flags(argv):
   """absl's parser; a bad command line or config is one line, a bug keeps its traceback."""
-  from lra.errors import UserError, type_names
+  from lra.errors import UserError
   if len(_config_specs(argv)) > 1:  # absl would fail with its internals
     _fail(f"--config is given {len(_config_specs(argv))} times; give it once (change single "
           f"settings with --config.KEY=VALUE)")
   try:
     rest = flags.FLAGS(argv)
+  except UserError as e:  # raised where the config meets the mistake (configs/)
+    _fail(str(e))
   except flags.Error as e:
-    message = str(e)
-    if "Traceback" in message:  # ml_collections wraps an error inside get_config with its trace
-      last = [l for l in message.splitlines() if l.strip()][-1].strip()
-      # Only our user errors become one line (ml_collections passes their text, not the type).
-      names = tuple(f"{name}: " for name in type_names(UserError))
-      if not last.startswith(names):
-        raise
-      message = f"{message.splitlines()[0].split(':')[0]}: {last.split(': ', 1)[1]}"
-    _fail(message)
-  except UserError as e:  # an invalid model name or setting met while making the config
+    # absl's own refusals are one line. A config's get_config raises our user errors, which
+    # arrive above as they are; an error absl wraps with a traceback is a bug in a config.
+    if "Traceback" in str(e):
+      raise
     _fail(str(e))
   except AttributeError as e:
-    flag = _unknown_override(e, argv)
-    if flag is None:
+    message = _unknown_override(e, argv)
+    if message is None:
       raise
-    _fail(_override_message(flag, e, argv))
+    _fail(message)
   try:
     config = _CONFIG.value
     loaded = config is not None and hasattr(config, "task")

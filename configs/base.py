@@ -26,6 +26,22 @@ def parse_arg(arg: str | None, default_model: str = "transformer") -> tuple[str,
   return model, options
 
 
+class MixerSettings(ml_collections.ConfigDict):
+  """config.model.attention: the mixer's own settings. Asking for one the mixer does not take
+  (a --config.model.attention.NAME=... override asks first) raises the registry's one-line
+  error listing the settings it takes, where the mistake is met."""
+
+  def __init__(self, initial=None, mixer: str | None = None, **kwargs):
+    super().__init__(initial, **kwargs)
+    object.__setattr__(self, "_mixer", mixer)  # not a field (copies made by ml_collections: None)
+
+  def __getattr__(self, key: str):
+    mixer = self.__dict__.get("_mixer")
+    if mixer and not key.startswith("_") and key not in self:
+      registry.check_settings(mixer, [key])
+    return super().__getattr__(key)
+
+
 def base_config(model: str) -> ml_collections.ConfigDict:
   """Every shared field; values that cannot be right are refused before a run loads data
   (the trainer's allowed ranges are in lra/training/options.py)."""
@@ -38,7 +54,7 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.model.name = model           # the token mixer (models.registry), e.g. "transformer"
   # The mixer's own settings, passed straight to it; starts from its defaults, so every one of
   # them can be overridden (--config.model.attention.NAME=...) and no other key exists.
-  c.model.attention = ml_collections.ConfigDict(registry.default_settings(model))
+  c.model.attention = MixerSettings(registry.default_settings(model), mixer=model)
   # The encoder's settings, each documented once with its default and check in
   # models/settings.py (EncoderConfig). The sizes (num_layers, emb_dim, qkv_dim, mlp_dim,
   # num_heads) come per task from configs/table.py.

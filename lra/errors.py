@@ -15,17 +15,6 @@ class UserError(Exception):
   project, so the models may import it)."""
 
 
-def type_names(base: type[Exception] = UserError) -> tuple[str, ...]:
-  """'module.Name' of `base` and of each subclass of it imported so far (models.settings'
-  SettingError among them once a config is loaded): how a traceback's last line names them."""
-  found, todo = [], [base]
-  while todo:
-    cls = todo.pop()
-    found.append(f"{cls.__module__}.{cls.__qualname__}")
-    todo += cls.__subclasses__()
-  return tuple(found)
-
-
 # Errors of the machine or its storage, not of the code, and what to do about each.
 _FREE = "free space there (or use another disk), then run the same command again"
 ENVIRONMENT_ERRNOS = {

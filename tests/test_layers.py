@@ -116,3 +116,14 @@ def test_the_import_graph_has_no_circle():
 def test_the_cycle_finder_finds_one():
   assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
   assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_models_and_tasks_keep_their_sides():
+  """models/ imports no lra module but lra.errors (the one user-error base: a leaf that imports
+  nothing of the project), and the data layer (lra/data) never imports models/."""
+  graph = _graph()
+  assert not graph["lra.errors"] & set(graph), graph["lra.errors"]
+  found = [f"{m} imports {t}" for m, targets in graph.items() for t in targets
+           if (m.startswith("models") and t.startswith("lra") and t != "lra.errors")
+           or (m.startswith("lra.data") and t.startswith("models"))]
+  assert not found, "; ".join(found)

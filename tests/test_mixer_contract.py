@@ -1,4 +1,4 @@
-"""The contract every registered token mixer meets (DESIGN.md rule 15), checked once for all.
+"""The contract every registered token mixer meets (README, "Adding a model"), checked once for all.
 
 Parametrised over registry.names() plus named variants, with the tiny settings of
 tests/helpers.py (a mixer without an entry runs with its defaults): a new mixer is tested here
