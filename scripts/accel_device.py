@@ -272,17 +272,17 @@ def _model_run(config, task, implementation: str, steps: int) -> dict:
   """The trainer's loss and gradients at the initial parameters, then `steps` steps of the
   trainer's own sharded, jitted, donating train step; the losses it reports."""
   import jax
-  from lra.training import trainer
+  from lra.training import steps, trainer
   config.model.attention.implementation = implementation
   model = trainer.build_model(config, task)
   mesh = trainer.make_mesh()
-  train_step, _, sharding = trainer.make_steps(model, False, mesh)
+  train_step, _, sharding = steps.make_steps(model, False, mesh)
   state = trainer.create_state(model, task, config, mesh)  # the same seed: the same parameters
   batch = trainer.to_global(dict(task.splits["train"]), sharding)
   key = jax.random.PRNGKey(1)
 
   def loss_and_grads(params, batch):
-    return jax.value_and_grad(lambda p: trainer.train_loss(
+    return jax.value_and_grad(lambda p: steps.train_loss(
         model, False, p, batch_stats=state.batch_stats, batch=batch, rng=key)[0])(params)
 
   loss, grads = jax.jit(loss_and_grads)(state.params, batch)

@@ -38,12 +38,12 @@ def cost(config) -> dict:
   import jax
   import numpy as np
   from lra.data import tasks
-  from lra.training import trainer
+  from lra.training import steps, trainer
   # The model's head and embedding from the task table; no data is read.
   task = tasks.Task.of(config.task, config.data.max_len, {})
   model = trainer.build_model(config, task)
   mesh = trainer.make_mesh()
-  train_step, eval_step, _ = trainer.make_steps(model, task.pair, mesh)
+  train_step, eval_step, _ = steps.make_steps(model, task.pair, mesh, config.grad_accum_steps)
   state = jax.eval_shape(lambda: trainer.create_state(model, task, config, mesh))
   b, n = config.batch_size, config.data.max_len
   batch = {"inputs": jax.ShapeDtypeStruct((b, n), np.int32),

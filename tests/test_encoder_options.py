@@ -9,7 +9,7 @@ from flax.training import train_state
 
 import models
 from lra.data import tasks
-from lra.training import checkpoint, trainer
+from lra.training import checkpoint, steps, trainer
 from models import encoder, registry
 from models.settings import EncoderConfig, SettingError
 from tests import helpers
@@ -183,7 +183,7 @@ def test_train_step_updates_batch_stats_and_evaluation_uses_them(tmp_path):
   task = tasks.Task("tiny", 3, VOCAB, LENGTH, False, {s: split for s in tasks.SPLITS})
   model = trainer.build_model(config, task)
   mesh = trainer.make_mesh(jax.devices()[:1])
-  train_step, eval_step, sharding = trainer.make_steps(model, False, mesh)
+  train_step, eval_step, sharding = steps.make_steps(model, False, mesh)
   state = trainer.create_state(model, task, config, mesh)
   init_stats = jax.device_get(state.batch_stats)
   assert sorted(state.params) == ["params"]  # gradients and updates are for these only

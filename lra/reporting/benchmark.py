@@ -63,7 +63,7 @@ def measure(config, repeats: int = 5, steps_per_repeat: int = 3) -> dict[str, An
   import jax
   import numpy as np
   from lra.data import tasks
-  from lra.training import trainer
+  from lra.training import steps, trainer
   model, length, batch = config.model.name, config.data.max_len, config.batch_size
   row: dict[str, Any] = {"model": model, "length": length, "batch": batch, "status": "ok"}
   facts = tasks.FACTS["text"]
@@ -73,7 +73,7 @@ def measure(config, repeats: int = 5, steps_per_repeat: int = 3) -> dict[str, An
   task = tasks.Task.of("text", length, {s: split for s in tasks.SPLITS})
   model_def = trainer.build_model(config, task)
   mesh = trainer.make_mesh()
-  train_step, _, sharding = trainer.make_steps(model_def, task.pair, mesh)
+  train_step, _, sharding = steps.make_steps(model_def, task.pair, mesh, config.grad_accum_steps)
   state = trainer.create_state(model_def, task, config, mesh)
   batch_arrays = trainer.to_global(dict(split), sharding)
   key = jax.random.PRNGKey(0)

@@ -37,6 +37,11 @@ def check_config(config, devices: int) -> None:
     if size % devices or size % jax.process_count():
       raise UserError(f"config.{key}={size} must be a positive multiple of the device count "
                       f"({devices}) and of the process count ({jax.process_count()})")
+  accum = config.grad_accum_steps
+  if config.batch_size % (accum * devices):
+    raise UserError(f"config.batch_size={config.batch_size} must be a multiple of "
+                    f"config.grad_accum_steps={accum} x the device count ({devices}): every "
+                    f"device takes an equal share of every micro-batch")
   registry.check_settings(config.model.name, config.model.attention.keys())
   profiling.profile_range(config)  # "START,STOP" or ""
 

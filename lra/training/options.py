@@ -42,6 +42,11 @@ TABLE: dict[str, Option] = {
     "seed": Option(0, None, "parameters, dropout and data order all follow from it",
                    ignored=True),
     "batch_size": Option(32, s.Int(1), "global batch, split over all devices and hosts"),
+    # One update from the mean gradient of K micro-batches of batch_size / K, one after
+    # another: the activation memory of the smaller batch (the same result within float
+    # rounding; BatchNorm normalises each micro-batch by its own statistics).
+    "grad_accum_steps": Option(1, s.Int(1), "micro-batches per train step (K); batch_size "
+                               "must be a multiple of K x devices", ignored=True),
     "eval_batch_size": Option(32, s.Int(1), "global batch for validation and test",
                               ignored=True),
     "num_train_steps": Option(5000, s.Int(1), "training steps (a resume may add more)",

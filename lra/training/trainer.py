@@ -11,7 +11,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import tqdm
 from flax.training import train_state
 from jax.experimental import multihost_utils
@@ -22,7 +21,7 @@ from lra import config_record, hardware, paths
 from lra.data import batches, tasks
 from lra.errors import UserError
 from lra.training import (checkpoint, config_checks, faults, optim, preemption, profiling,
-                          progress, workdir as workdir_lib)
+                          progress, steps, workdir as workdir_lib)
 from lra.training.checkpoint import Checkpoints, MismatchError
 from lra.training.writers import MetricWriter
 
@@ -47,63 +46,6 @@ def build_model(config, task: tasks.Task):
   """The model for this task; an invalid setting raises models.settings.SettingError."""
   return models.build(config.model.to_dict(), vocab_size=task.vocab_size,
                       num_classes=task.num_classes, max_len=task.max_len, pair=task.pair)
-
-
-def _logits(model, pair: bool, params, batch_stats, batch, **kwargs):
-  variables = {**params, "batch_stats": batch_stats}
-  if pair:
-    return model.apply(variables, batch["inputs"], batch["inputs2"], batch.get("mask"),
-                       batch.get("mask2"), **kwargs)
-  return model.apply(variables, batch["inputs"], batch.get("mask"), **kwargs)
-
-
-def _sums(logits_BxC, labels_B, weights_B):
-  """Sums, not means: they add up exactly over batches, devices and hosts."""
-  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC.astype(jnp.float32),
-                                                           labels_B)
-  correct_B = (jnp.argmax(logits_BxC, -1) == labels_B).astype(jnp.float32)
-  return {"loss_sum": jnp.sum(loss_B * weights_B),
-          "correct": jnp.sum(correct_B * weights_B),
-          "count": jnp.sum(weights_B)}
-
-
-def train_loss(model, pair: bool, params, *, batch_stats, batch, rng):
-  """The training loss (mean cross-entropy, dropout on) -> (loss, (logits, batch_stats)):
-  differentiated for the parameters only; the batch statistics come back updated."""
-  logits, updated = _logits(model, pair, params, batch_stats, batch, deterministic=False,
-                            rngs={"dropout": rng}, mutable=["batch_stats"])
-  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
-                                                           batch["labels"])
-  return jnp.mean(loss_B), (logits, updated.get("batch_stats", batch_stats))
-
-
-def make_steps(model, pair: bool, mesh: Mesh):
-  """The jitted train and eval steps: batch sharded over 'data', state replicated, donated."""
-  replicated = NamedSharding(mesh, P())
-  sharded = NamedSharding(mesh, P("data"))
-
-  def train_step(state, batch, rng):
-    step_rng = jax.random.fold_in(rng, state.step)  # resumed runs continue the same stream
-    loss_fn = functools.partial(train_loss, model, pair, batch_stats=state.batch_stats,
-                                batch=batch, rng=step_rng)
-    (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        state.params)
-    metrics = _sums(logits, batch["labels"], jnp.ones_like(batch["labels"], jnp.float32))
-    new_state = state.apply_gradients(grads=grads).replace(batch_stats=batch_stats)
-    # The new parameters too: a checkpoint is saved only if everything so far was finite.
-    finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(new_state.params))
-    metrics["finite"] = finite.astype(jnp.float32)
-    metrics["steps"] = jnp.ones((), jnp.float32)  # counted on device: no host work per step
-    return new_state, metrics
-
-  def eval_step(state, batch):
-    logits = _logits(model, pair, state.params, state.batch_stats, batch, deterministic=True)
-    return _sums(logits, batch["labels"], batch["weights"])
-
-  train = jax.jit(train_step, in_shardings=(replicated, sharded, replicated),
-                  out_shardings=(replicated, replicated), donate_argnums=(0,))
-  evaluate = jax.jit(eval_step, in_shardings=(replicated, sharded), out_shardings=replicated)
-  return train, evaluate, sharded
 
 
 def add_masks(batch: dict[str, np.ndarray], padding: bool) -> dict[str, np.ndarray]:
@@ -364,7 +306,8 @@ def train_and_evaluate(config, workdir: str, devices=None,
     config_checks.check_train_split(config, len(task.splits["train"]["labels"]))
     model = build_model(config, task)
     step, change = _check_run(config, workdir, allow_config_change)  # before compiling
-    train_step, eval_step, sharding = make_steps(model, task.pair, mesh)
+    train_step, eval_step, sharding = steps.make_steps(model, task.pair, mesh,
+                                                       config.grad_accum_steps)
     state = create_state(model, task, config, mesh)
     faults.check_room(workdir, state, config.keep_checkpoints)  # before Orbax writes
     ckpts = Checkpoints(workdir, config.keep_checkpoints)

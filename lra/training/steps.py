@@ -1,0 +1,112 @@
+"""The jitted steps: the training loss, the train step (with gradient accumulation over
+micro-batches) and the evaluation step, the batch sharded over the mesh's 'data' axis."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+
+def _logits(model, pair: bool, params, batch_stats, batch, **kwargs):
+  variables = {**params, "batch_stats": batch_stats}
+  if pair:
+    return model.apply(variables, batch["inputs"], batch["inputs2"], batch.get("mask"),
+                       batch.get("mask2"), **kwargs)
+  return model.apply(variables, batch["inputs"], batch.get("mask"), **kwargs)
+
+
+def sums(logits_BxC, labels_B, weights_B):
+  """Sums, not means: they add up exactly over batches, micro-batches, devices and hosts."""
+  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC.astype(jnp.float32),
+                                                           labels_B)
+  correct_B = (jnp.argmax(logits_BxC, -1) == labels_B).astype(jnp.float32)
+  return {"loss_sum": jnp.sum(loss_B * weights_B),
+          "correct": jnp.sum(correct_B * weights_B),
+          "count": jnp.sum(weights_B)}
+
+
+def train_loss(model, pair: bool, params, *, batch_stats, batch, rng):
+  """The training loss (mean cross-entropy, dropout on) -> (loss, (logits, batch_stats)):
+  differentiated for the parameters only; the batch statistics come back updated."""
+  logits, updated = _logits(model, pair, params, batch_stats, batch, deterministic=False,
+                            rngs={"dropout": rng}, mutable=["batch_stats"])
+  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
+                                                           batch["labels"])
+  return jnp.mean(loss_B), (logits, updated.get("batch_stats", batch_stats))
+
+
+def micro_batches(batch, accum_steps: int, mesh: Mesh):
+  """B rows -> K x B/K: micro-batch k takes rows k, K + k, 2K + k, ..., so each device keeps
+  its own rows (B/(K x devices) of every micro-batch) and nothing moves between devices."""
+  split = NamedSharding(mesh, P(None, "data"))
+
+  def one(x):
+    x = x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:]).swapaxes(0, 1)
+    return jax.lax.with_sharding_constraint(x, split)
+
+  return jax.tree_util.tree_map(one, batch)
+
+
+def gradients(model, pair: bool, params, batch_stats, batch, rng):
+  """(mean-loss gradients, updated batch statistics, metric sums, loss) of one batch."""
+  (loss, (logits, batch_stats)), grads = jax.value_and_grad(
+      lambda p: train_loss(model, pair, p, batch_stats=batch_stats, batch=batch, rng=rng),
+      has_aux=True)(params)
+  return grads, batch_stats, sums(logits, batch["labels"],
+                                  jnp.ones_like(batch["labels"], jnp.float32)), loss
+
+
+def accumulated_gradients(model, pair: bool, params, batch_stats, batch, rng,
+                          accum_steps: int, mesh):
+  """`gradients` over K micro-batches, one after another (the activations of one at a time):
+  the mean of their gradients (each the mean over B/K examples: the mean over B), the batch
+  statistics updated by each in turn, the metric sums of all, the mean loss."""
+  zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+  totals = {k: jnp.zeros((), jnp.float32) for k in ("loss_sum", "correct", "count")}
+
+  def one(carry, k_and_batch):
+    grads_sum, stats, sums_sum = carry
+    k, micro = k_and_batch
+    grads, stats, micro_sums, loss = gradients(model, pair, params, stats, micro,
+                                               jax.random.fold_in(rng, k))
+    add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)
+    return (add(grads_sum, grads), stats, add(sums_sum, micro_sums)), loss
+
+  (grads, batch_stats, metrics), losses = jax.lax.scan(
+      one, (zeros, batch_stats, totals),
+      (jnp.arange(accum_steps), micro_batches(batch, accum_steps, mesh)))
+  grads = jax.tree_util.tree_map(lambda g: g / accum_steps, grads)
+  return grads, batch_stats, metrics, jnp.mean(losses)
+
+
+def make_steps(model, pair: bool, mesh: Mesh, accum_steps: int = 1):
+  """The jitted train and eval steps: batch sharded over 'data', state replicated, donated.
+  `accum_steps` K > 1: the train step's gradient is accumulated over K micro-batches of B/K
+  (config.grad_accum_steps), one update with their mean."""
+  replicated = NamedSharding(mesh, P())
+  sharded = NamedSharding(mesh, P("data"))
+
+  def train_step(state, batch, rng):
+    step_rng = jax.random.fold_in(rng, state.step)  # resumed runs continue the same stream
+    if accum_steps == 1:
+      grads, batch_stats, metrics, loss = gradients(model, pair, state.params,
+                                                    state.batch_stats, batch, step_rng)
+    else:
+      grads, batch_stats, metrics, loss = accumulated_gradients(
+          model, pair, state.params, state.batch_stats, batch, step_rng, accum_steps, mesh)
+    new_state = state.apply_gradients(grads=grads).replace(batch_stats=batch_stats)
+    # The new parameters too: a checkpoint is saved only if everything so far was finite.
+    finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(new_state.params))
+    metrics["finite"] = finite.astype(jnp.float32)
+    metrics["steps"] = jnp.ones((), jnp.float32)  # counted on device: no host work per step
+    return new_state, metrics
+
+  def eval_step(state, batch):
+    logits = _logits(model, pair, state.params, state.batch_stats, batch, deterministic=True)
+    return sums(logits, batch["labels"], batch["weights"])
+
+  train = jax.jit(train_step, in_shardings=(replicated, sharded, replicated),
+                  out_shardings=(replicated, replicated), donate_argnums=(0,))
+  evaluate = jax.jit(eval_step, in_shardings=(replicated, sharded), out_shardings=replicated)
+  return train, evaluate, sharded
