@@ -3,7 +3,8 @@
   python scripts/program_cost.py --config=listops:transformer --set model.dtype=bfloat16
 
 Prints one JSON line per step: FLOPs, bytes of memory traffic and temporary bytes, for the
-global batch of the config at its max_len. What docs/accelerator.md plans a GPU's time from
+global batch of the config at its max_len. XLA counts a loop's body once: with
+grad_accum_steps=K or reversible layers the FLOPs and traffic are undercounted. What docs/accelerator.md plans a GPU's time from
 (on a CPU the compiler fuses less, so the traffic is an upper bound for a GPU).
 """
 from __future__ import annotations

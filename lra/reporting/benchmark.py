@@ -87,7 +87,8 @@ def measure(config, repeats: int = 5, steps_per_repeat: int = 3) -> dict[str, An
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   row["flops_per_step"] = float(cost.get("flops", 0.0)) if cost else None
-  if config.model.reversible:  # the cost analysis counts the reversible stack's loop body once
+  # The cost analysis counts a loop's body once: the reversible stack's, the accumulation's.
+  if config.model.reversible or config.grad_accum_steps > 1:
     row["flops_per_step"] = None
   state, metrics = compiled(state, batch_arrays, key)  # warm-up
   jax.block_until_ready(metrics)
