@@ -15,23 +15,15 @@ from models import settings as s
 DATA_RULES = {"max_len": s.Int(1), "size": s.Int(1)}  # tokens per example, image side
 
 
-def _check(key: str, value, rule) -> None:
-  """models.settings' check, raised as the trainer's user error (the same one line)."""
-  try:
-    s.check(key, value, rule)
-  except s.SettingError as e:
-    raise UserError(str(e)) from None
-
-
 def check_config(config, devices: int) -> None:
   """Refuses a config that cannot be right, naming the setting and the values allowed;
   `devices`: how many devices split each batch."""
   for key, option in options.TABLE.items():
     if option.rule is not None and key in config:
-      _check(f"config.{key}", config[key], option.rule)
+      s.check(f"config.{key}", config[key], option.rule)
   for key, rule in DATA_RULES.items():
     if key in config.data:
-      _check(f"config.data.{key}", config.data[key], rule)
+      s.check(f"config.data.{key}", config.data[key], rule)
   for key in ("batch_size", "eval_batch_size"):
     size = config[key]
     if size % devices or size % jax.process_count():
