@@ -89,7 +89,8 @@ def _bubble(charts, path, table: dict, found: list[dict], measured: dict, averag
                       f"{measured['machine'].get('device_kind', '?')}",
                       ylabel=f"{what} accuracy (%)",
                       baseline=accuracy.guessing_baseline(table, average),
-                      notes=(note,) if note else (), marked=marked)
+                      notes=(note,) if note else (), marked=marked,
+                      spread=accuracy.spread(table, average))  # error bars over seeds
   print(f"wrote {path}")
 
 

@@ -1,7 +1,7 @@
 """One command for a grid of training runs: models x tasks, one preset, then the accuracy table.
 
   python -m lra.leaderboard --models=transformer,performer --tasks=listops,image --preset=cpu
-                            [--root=runs/leaderboard] [--set KEY=VALUE ...]
+                            [--root=runs/leaderboard] [--set KEY=VALUE ...] [--seeds=0,1,2]
                             [--print_commands] [--slurm=FILE]
 
 Each (task, model) is one `python train.py --config=configs/TASK.py:MODEL[,PRESET]
@@ -19,6 +19,9 @@ row of its own (lra.reporting.results.run_label).
 base (the plain config: the original repository's base values).
 --set KEY=VALUE: `--config.KEY=VALUE` for every run; TASK:KEY=VALUE or MODEL:KEY=VALUE for the
 runs of one task or one model (a key must exist in the config of every run it reaches).
+--seeds=0,1,2: every (task, model) once per seed (`--config.seed=N`; the data keeps its own
+data.seed), all cells of one seed first, in the workdir MODEL[-PRESET]_seedN (seed 0: the name
+without --seeds); the table gives each cell's mean +- std over its seeds.
 --print_commands prints the train.py command of every run and --slurm=FILE writes a SLURM array
 script of them; neither runs anything.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import shlex
@@ -115,15 +119,45 @@ def _script_paths() -> tuple[str, str]:
                                                os.path.join(REPO, "configs"))
 
 
-def _workdir(root: str, task: str, model: str, preset: str) -> str:
-  name = model if preset == "base" else f"{model}-{preset}"
+def _workdir(root: str, task: str, model: str, preset: str, seed: int | None) -> str:
+  """ROOT/TASK/MODEL[-PRESET][_seedN]: seed 0 (or none) keeps the name a grid without --seeds
+  gives, so its finished runs are found."""
+  name = (model if preset == "base" else f"{model}-{preset}") + (f"_seed{seed}" if seed else "")
   return f"{root.rstrip('/')}/{task}/{name}" if paths.is_remote(root) else os.path.join(
       root, task, name)
 
 
+def _seeds(text: str | None) -> list[int | None]:
+  """--seeds=0,1,2 -> [0, 1, 2]; [None] without it (the config's own seed, as before)."""
+  if text is None:
+    return [None]
+  items = [t.strip() for t in text.split(",")]
+  if not all(t.isascii() and t.isdigit() for t in items) or len(set(map(int, items))) < len(
+      items):
+    raise UserError(f"--seeds={text!r}: give distinct non-negative integers, comma separated, "
+                    f"e.g. --seeds=0,1,2")
+  return [int(t) for t in items]
+
+
+def _cell_settings(task: str, model: str, preset: str, sets: list
+                   ) -> tuple[int, list[tuple[str, str]]]:
+  """(num_train_steps, the (key, value) overrides) of one cell, each key checked first."""
+  mixer, extra = ALIASES.get(model, (model, ()))
+  config = _config(task, mixer, preset)
+  mine = [_parse_set(item, [])[1:] for item in extra] + [
+      (key, value) for scope, key, value in sets if scope in (None, task, model)]
+  for key, value in mine:
+    if not _has_key(config, key):
+      raise UserError(f"--set {key}={value}: the {task} config of {model} has no key "
+                      f"{key!r} (see configs/base.py and configs/{task}.py); a key that "
+                      f"only some runs have takes a scope: TASK:KEY=VALUE or "
+                      f"MODEL:KEY=VALUE")
+  return config.num_train_steps, mine
+
+
 def plan(args) -> list[Run]:
-  """The grid's runs, every config loaded and every --set key checked first: a mistake is one
-  line before anything runs."""
+  """The grid's runs (every cell of one seed, then the next seed's), every config loaded and
+  every --set key checked first: a mistake is one line before anything runs."""
   from lra.data.tasks import NAMES
   from models import registry
   if args.preset not in PRESETS:
@@ -131,28 +165,23 @@ def plan(args) -> list[Run]:
   tasks = _names(args.tasks, "tasks", list(NAMES))
   models = _names(args.models, "models", registry.names() + list(ALIASES))
   sets = [_parse_set(item, tasks + models) for item in args.sets]
+  seeds = _seeds(args.seeds)
+  if seeds != [None] and any(key == "seed" for _, key, _ in sets):
+    raise UserError("--set seed=...: --seeds gives each run its seed; give one of the two")
   if paths.resolve(args.root).exists() and not paths.resolve(args.root).is_dir():
     raise UserError(f"--root={args.root} is a file; name a folder for the runs")
   train, configs = _script_paths()
+  cells = [(task, model, _cell_settings(task, model, args.preset, sets))
+           for task in tasks for model in models]
   runs = []
-  for task in tasks:
-    for model in models:
-      mixer, extra = ALIASES.get(model, (model, ()))
-      config = _config(task, mixer, args.preset)
-      mine = [_parse_set(item, [])[1:] for item in extra] + [
-          (key, value) for scope, key, value in sets if scope in (None, task, model)]
-      for key, value in mine:
-        if not _has_key(config, key):
-          raise UserError(f"--set {key}={value}: the {task} config of {model} has no key "
-                          f"{key!r} (see configs/base.py and configs/{task}.py); a key that "
-                          f"only some runs have takes a scope: TASK:KEY=VALUE or "
-                          f"MODEL:KEY=VALUE")
-      expect = {"num_train_steps": config.num_train_steps}
-      expect.update((key, _literal(value)) for key, value in mine)
-      workdir = _workdir(args.root, task, model, args.preset)
-      command = ("python", train, f"--config={configs}/{task}.py:{mixer}{PRESETS[args.preset]}",
-                 f"--workdir={workdir}", *(f"--config.{k}={v}" for k, v in mine))
-      runs.append(Run(task, model, workdir, command, tuple(expect.items())))
+  for seed, (task, model, (steps, mine)) in itertools.product(seeds, cells):
+    mine = mine + ([("seed", str(seed))] if seed is not None else [])
+    expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in mine}}
+    workdir = _workdir(args.root, task, model, args.preset, seed)
+    command = ("python", train, f"--config={configs}/{task}.py:{ALIASES.get(model, (model,))[0]}"
+               f"{PRESETS[args.preset]}", f"--workdir={workdir}",
+               *(f"--config.{k}={v}" for k, v in mine))
+    runs.append(Run(task, model, workdir, command, tuple(expect.items())))
   return runs
 
 
@@ -352,6 +381,8 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--set", dest="sets", action="append", default=[],
                  metavar="[TASK:|MODEL:]KEY=VALUE",
                  help="--config.KEY=VALUE for every run (or one task's, one model's runs)")
+  p.add_argument("--seeds", metavar="0,1,2",
+                 help="run every cell once per seed (config.seed); the table: mean +- std")
   p.add_argument("--print_commands", action="store_true",
                  help="print one train.py command per run; run nothing")
   p.add_argument("--slurm", metavar="FILE", help="write a SLURM array script; run nothing")
@@ -362,7 +393,7 @@ def main(argv=None) -> None:
   argv = sys.argv[1:] if argv is None else list(argv)
   args = parser().parse_args(argv)
   args.argv = argv  # for the SLURM script's note of how it was made
-  run_command(_main, args)  # a bad name, --set or preset: one line, exit 1
+  run_command(_main, args)  # a bad name, --set, preset or --seeds: one line, exit 1
 
 
 if __name__ == "__main__":

@@ -112,6 +112,25 @@ def _wait_until_gone(group: int, seconds: float = 10) -> None:
     time.sleep(0.05)
 
 
+def _kill_and_resume(args: list[str], done, killed):
+  """Starts the grid and kills it (the grid and its trainer, as a lost machine would) once the
+  run in `killed` has saved step 2, then runs the same grid again: (that run, its progress
+  lines). The run in `done` finished before the kill."""
+  proc = _leaderboard(*args, popen=True, start_new_session=True, stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL)
+  deadline = time.time() + 300
+  while not (killed / "checkpoints" / "2").exists() and time.time() < deadline:
+    time.sleep(0.05)
+  os.killpg(proc.pid, signal.SIGKILL)
+  proc.wait()
+  _wait_until_gone(proc.pid)
+  assert (done / "results.json").exists()
+  assert not (killed / "results.json").exists(), f"{killed} ended before it was killed"
+  resumed = _leaderboard(*args)
+  assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+  return resumed, _progress(resumed.stdout)
+
+
 @pytest.mark.slow  # five training runs
 def test_killed_grid_skips_finished_runs_and_resumes_the_killed_one(tmp_path, cache):
   root = tmp_path / "grid"
@@ -119,27 +138,66 @@ def test_killed_grid_skips_finished_runs_and_resumes_the_killed_one(tmp_path, ca
   args = [*GRID, f"--root={root}", *_tiny(str(tmp_path / "data"), cache),
           "--set", "linear_transformer:num_train_steps=8",
           "--set", "linear_transformer:checkpoint_every=1"]
-  proc = _leaderboard(*args, popen=True, start_new_session=True, stdout=subprocess.DEVNULL,
-                      stderr=subprocess.DEVNULL)
   second = root / RUNS[1]
-  deadline = time.time() + 300
-  while not (second / "checkpoints" / "2").exists() and time.time() < deadline:
-    time.sleep(0.05)
-  os.killpg(proc.pid, signal.SIGKILL)  # the grid and its trainer, as a lost machine would
-  proc.wait()
-  _wait_until_gone(proc.pid)
-  assert (root / RUNS[0] / "results.json").exists()
-  assert not (second / "results.json").exists(), "the 2nd run ended before it was killed"
-
-  resumed = _leaderboard(*args)
-  assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-  lines = _progress(resumed.stdout)
+  resumed, lines = _kill_and_resume(args, root / RUNS[0], second)
   assert lines[0].startswith("[1/4] listops/transformer-cpu: skipped, finished before"), lines
   assert lines[1].startswith("[2/4] listops/linear_transformer-cpu: resuming;"), lines
   assert "Resuming from the checkpoint at step " in resumed.stdout
   assert "grid: 4 runs: 3 done, 1 skipped, 0 failed; " in resumed.stdout
   assert json.loads((second / "results.json").read_text())["num_train_steps"] == 8
   _four_cells(root)
+
+
+def test_seeds_each_run_resumes_and_the_table_pools_them(tmp_path, cache):
+  root = tmp_path / "grid"
+  # Seed 1 saves every step, so it is killed between two of its checkpoints.
+  args = ["--models=transformer", "--tasks=listops", "--preset=cpu", "--seeds=0,1",
+          f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)),
+          "--set", "transformer:num_train_steps=6", "--set", "transformer:checkpoint_every=1"]
+  runs = [root / "listops" / "transformer-cpu", root / "listops" / "transformer-cpu_seed1"]
+  resumed, lines = _kill_and_resume(args, *runs)
+  assert lines[0].startswith("[1/2] listops/transformer-cpu: skipped, finished before"), lines
+  assert lines[1].startswith("[2/2] listops/transformer-cpu_seed1: resuming;"), lines
+  assert "grid: 2 runs: 1 done, 1 skipped, 0 failed; " in resumed.stdout
+  found = [json.loads((run / "results.json").read_text()) for run in runs]
+  assert [r["config"]["seed"] for r in found] == [0, 1]
+  assert [r["config"]["data"]["seed"] for r in found] == [0, 0]  # the same data
+  tests = [100 * r["test_accuracy"] for r in found]
+  cell = json.loads((root / "table" / "accuracy.json").read_text())["rows"][0]["cells"][
+      "listops"]
+  assert cell["n"] == 2 and cell["ours"] == pytest.approx(sum(tests) / 2)
+  assert cell["std"] == pytest.approx(abs(tests[0] - tests[1]) / 2 ** 0.5)
+  assert f"± {cell['std']:.1f} (n=2)" in (root / "table" / "accuracy.md").read_text()
+
+
+def test_seeds_give_each_cell_one_workdir_and_command_per_seed(tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(ROOT)
+  args = ["--models=transformer", "--tasks=listops,pathfinder", "--preset=paper",
+          "--root=runs/grid", "--seeds=0,2"]
+  leaderboard.main([*args, "--print_commands"])
+  lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
+  assert [line[3:] for line in lines] == [  # every cell of seed 0, then of seed 2
+      ["--workdir=runs/grid/listops/transformer-paper", "--config.seed=0"],
+      ["--workdir=runs/grid/pathfinder/transformer-paper", "--config.seed=0"],
+      ["--workdir=runs/grid/listops/transformer-paper_seed2", "--config.seed=2"],
+      ["--workdir=runs/grid/pathfinder/transformer-paper_seed2", "--config.seed=2"]]
+  leaderboard.main([*args, f"--slurm={tmp_path / 'grid.sbatch'}"])
+  assert "#SBATCH --array=0-3\n" in (tmp_path / "grid.sbatch").read_text()
+
+
+def test_a_seed_0_run_made_without_seeds_is_finished_for_a_grid_with_seeds(tmp_path):
+  args = leaderboard.parser().parse_args([*TINY, f"--root={tmp_path}", "--seeds=0,1"])
+  seed0, seed1 = leaderboard.plan(args)
+  steps = dict(seed0.expect)["num_train_steps"]
+  for run in (seed0, seed1):  # both record seed 0, as a run without --seeds does
+    os.makedirs(run.workdir)
+    with open(os.path.join(run.workdir, "results.json"), "w") as f:
+      json.dump({"task": "listops", "model": "transformer", "test_accuracy": 0.5,
+                 "config": {"seed": 0, "num_train_steps": steps}}, f)
+  assert seed0.workdir == str(tmp_path / "listops" / "transformer-cpu")
+  assert leaderboard.finished(seed0)[0] is not None
+  assert leaderboard.finished(seed1) == (
+      None, "its results.json records seed=0, this grid asks for 1")
 
 
 @pytest.mark.slow  # two training processes
@@ -212,6 +270,12 @@ TINY = ["--models=transformer", "--tasks=listops", "--preset=cpu"]
     ([*TINY, "--set", "image:num_train_steps=1"], "'image' is no task or model of this grid"),
     (["--models=transformer,local", "--tasks=listops", "--preset=cpu", "--set",
       "model.attention.block_size=4"], "TASK:KEY=VALUE or MODEL:KEY=VALUE"),
+    ([*TINY, "--seeds=0,0"], "--seeds='0,0': give distinct non-negative integers"),
+    ([*TINY, "--seeds=-1"], "--seeds='-1'"),
+    ([*TINY, "--seeds=1,a"], "--seeds='1,a'"),
+    ([*TINY, "--seeds="], "--seeds=''"),
+    ([*TINY, "--seeds=0,,1"], "--seeds='0,,1'"),
+    ([*TINY, "--seeds=0,1", "--set", "listops:seed=3"], "--seeds gives each run its seed"),
 ])
 def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, args, words):
   with pytest.raises(SystemExit) as exit_info:

@@ -7,7 +7,7 @@ import numpy as np
 
 from lra import paths
 from lra.data.tasks import FACTS
-from lra.reporting import comparable, files, markdown
+from lra.reporting import comparable, files, markdown, seeds
 from lra.reporting.numbers import pct
 from lra.reporting.results import CHOICE_RULE
 from lra.reporting.paper import (PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS, PATHX_FAIL_SCORE,
@@ -61,7 +61,20 @@ def _provenance(result: dict) -> dict:
       "hardware": _hardware_summary(result.get("hardware") or {}),
       "superseded": list(result.get("superseded", [])),
       "tested_checkpoint": result.get("tested_checkpoint"),
+      # Each seed's run of a pooled cell ([] for one run).
+      "seeds": [{**s, "test_accuracy": pct(s["test_accuracy"]),
+                 "best_val_accuracy": pct(s["best_val_accuracy"])}
+                for s in result.get("seeds", [])],
   }
+
+
+def _ours(result: dict) -> dict:
+  """The cell's figure: the test accuracy %, or over pooled seeds their mean, with the sample
+  standard deviation (None for one run) and n."""
+  values = [pct(s["test_accuracy"]) for s in result.get("seeds", [])] or [
+      pct(result["test_accuracy"])]
+  mean, std = seeds.mean_std(values)
+  return {"ours": mean, "std": std, "n": len(values)}
 
 
 def _avgs(scores: dict[str, float | None]) -> tuple[float | None, float | None, bool]:
@@ -79,10 +92,12 @@ def accuracy_table(results: list[dict], *, references: comparable.References,
                    include_paper_models: bool = True) -> dict:
   """Rows per model: our test accuracy (%) next to the paper's, plus both averages.
 
-  Missing cells stay None (never filled in). A cell whose run did not use the task's full data
-  and the paper-comparable config (one `references` makes) lists why in "not_comparable" and
-  has no diff; so has an average over such a cell. avg6 counts a missing Path-X as 50 and says
-  so in `avg6_pathx_assumed`; a Path-X run is used at its own figure whatever it reached.
+  Missing cells stay None (never filled in). A cell of pooled seeds has their mean, the
+  sample standard deviation "std" and "n" (a cell of one run: std None, n 1). A cell whose
+  run did not use the task's full data and the paper-comparable config (one `references`
+  makes) lists why in "not_comparable" and has no diff; so has an average over such a cell.
+  avg6 counts a missing Path-X as 50 and says so in `avg6_pathx_assumed`; a Path-X run is
+  used at its own figure whatever it reached.
   """
   by_model: dict[str, dict[str, dict]] = {}
   for r in results:
@@ -94,13 +109,14 @@ def accuracy_table(results: list[dict], *, references: comparable.References,
     cells = {}
     for task in TASKS:
       result = by_model.get(model, {}).get(task)
-      ours = pct(result["test_accuracy"]) if result else None
+      figure = _ours(result) if result else {"ours": None}  # std and n only with a run
+      ours = figure["ours"]
       paper_value = paper.get(task) if paper else None
       # Compared with the paper only on its full data and its config; otherwise marked.
       why_not = (comparable.differences(result, references) if result and paper_value is not None
                  else [])
       cells[task] = {
-          "ours": ours,
+          **figure,
           "paper": paper_value,
           "paper_fail": paper is not None and paper_value is None,
           "diff": (None if ours is None or paper_value is None or why_not
@@ -128,7 +144,8 @@ def accuracy_table(results: list[dict], *, references: comparable.References,
         "avg6_diff": (None if avg6 is None or paper_avg6 is None or marked6
                       else avg6 - paper_avg6),
     })
-  return {"tasks": list(TASKS), "rows": rows, "choice_rule": CHOICE_RULE}
+  return {"tasks": list(TASKS), "rows": rows, "choice_rule": CHOICE_RULE,
+          "seed_rule": seeds.SEED_RULE}
 
 
 def accuracy_rows(table: dict) -> list[dict]:
@@ -141,6 +158,8 @@ def accuracy_rows(table: dict) -> list[dict]:
         continue
       run = c["run"] or {}
       out.append({"model": row["model"], "task": task, "ours": c["ours"],
+                  "std": c.get("std"), "n": c.get("n"),
+                  "seeds": [s["seed"] for s in run.get("seeds", [])] or None,
                   "paper": "FAIL" if c["paper_fail"] else c["paper"], "diff": c["diff"],
                   "not_comparable": "; ".join(c["not_comparable"]) or None,
                   **{k: run.get(k) for k in ("num_train_steps", "best_step",
@@ -172,6 +191,22 @@ def guessing_baseline(table: dict, average: str) -> tuple[float, str]:
   name = ("majority class" if recorded == len(tasks) else
           "chance" if recorded == 0 else "majority class or chance")
   return float(np.mean(rates)), name
+
+
+def spread(table: dict, average: str) -> dict[str, tuple[float, int]]:
+  """{model: (std, n)} of the chart's `average` (avg5, avg6 or a task) where it is a mean over
+  seeds: a task's cell's; an average's combines its cells' as independent draws, sqrt(sum of
+  std^2) / number of tasks, only where every cell of it has n > 1 (n: the smallest)."""
+  tasks = [average] if average in TASKS else list(TASKS5 if average == "avg5" else TASKS)
+  out = {}
+  for row in table["rows"]:
+    cells = [row["cells"][t] for t in tasks if row["cells"][t]["ours"] is not None]
+    value = row["cells"][average]["ours"] if average in TASKS else row[average]
+    if value is None or not all(c["n"] > 1 for c in cells):
+      continue
+    out[row["model"]] = (float(np.sqrt(sum(c["std"] ** 2 for c in cells))) / len(tasks),
+                         min(c["n"] for c in cells))
+  return out
 
 
 def write_tables(results: list[dict], out, references: comparable.References) -> tuple[dict, str]:

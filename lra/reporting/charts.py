@@ -114,18 +114,39 @@ def _annotate(ax: Any, models: list[str], xs: dict[str, float], ys: dict[str, fl
                             if abs(dy) > 4 else None))
 
 
+def _points(ax: Any, models: list[str], xs: dict[str, float], ys: dict[str, float],
+            areas: dict[str, float], colours: dict[str, Any],
+            spread: dict[str, tuple[float, int]]) -> list[str]:
+  """The bubbles, and a +- std bar through each that is a mean over seeds; returns the note
+  on the bars ([] without any)."""
+  for m in models:
+    ax.scatter([xs[m]], [ys[m]], s=areas[m], color=colours[m], alpha=0.55, edgecolors="black",
+               linewidths=0.8, clip_on=False, zorder=2)
+  for m, (std, _) in spread.items():
+    ax.errorbar([xs[m]], [ys[m]], yerr=[std], fmt="none", ecolor="black", elinewidth=1.2,
+                capsize=4, clip_on=False, zorder=3)
+  ns = sorted({n for _, n in spread.values()})
+  if not ns:
+    return []
+  return [f"Error bars: \u00b1 the sample standard deviation over seeds (n = "
+          f"{ns[0] if len(ns) == 1 else f'{ns[0]}-{ns[-1]}'}); an average's combines its "
+          f"tasks' as independent, sqrt(sum of std^2) / tasks"]
+
+
 def bubble_chart(path: str, accuracy_by_model: dict[str, float],
                  speed_by_model: dict[str, float], memory_by_model: dict[str, float],
                  title: str, xlabel: str = "speed (training steps/s)",
                  ylabel: str = "average accuracy (%)",
                  baseline: tuple[float, str] | None = None,
-                 notes: tuple[str, ...] = (), marked: frozenset = frozenset()) -> dict[str, Any]:
+                 notes: tuple[str, ...] = (), marked: frozenset = frozenset(),
+                 spread: dict[str, tuple[float, int]] | None = None) -> dict[str, Any]:
   """Accuracy against speed, bubble area proportional to memory (the paper's Figure 3).
 
   `baseline` (accuracy, name) is drawn as a dashed line: what chance or the majority class
-  scores. Models in `marked` get a `*` (accuracy not comparable with the paper's). Models
+  scores. Models in `marked` get a `*` (accuracy not comparable with the paper's). `spread`
+  {model: (std, n)} draws a +- std error bar on a point that is a mean over n seeds. Models
   missing any of the three figures are left out and named in a note on the figure, under
-  `notes`. Returns what was drawn (axis limits, labels, notes), for tests.
+  `notes`. Returns what was drawn (axis limits, labels, notes, error bars), for tests.
   """
   plt = _pyplot()
   figures = {"accuracy": accuracy_by_model, "speed": speed_by_model, "memory": memory_by_model}
@@ -133,31 +154,28 @@ def bubble_chart(path: str, accuracy_by_model: dict[str, float],
   fig, ax = plt.subplots(figsize=(8, 6))
   style = _style(everyone)
   biggest = max((memory_by_model[m] for m in shown), default=0.0)
-  max_area = 2500.0  # points^2 for the largest memory; area, not radius, scales with memory
-
-  def area(gb: float) -> float:
-    return max_area * gb / biggest if biggest > 0 else 100.0
-
-  if shown:
+  # 2500 points^2 for the largest memory; area, not radius, scales with memory.
+  areas = {m: 2500.0 * memory_by_model[m] / biggest if biggest > 0 else 100.0 for m in shown}
+  bars = {m: v for m, v in (spread or {}).items() if m in shown}
+  ends = [accuracy_by_model[m] + d * std for m, (std, _) in bars.items() for d in (-1, 1)]
+  if shown:  # room for the bars' ends too
     _bubble_limits(ax, [speed_by_model[m] for m in shown],
-                   [accuracy_by_model[m] for m in shown] + ([baseline[0]] if baseline else []))
+                   [accuracy_by_model[m] for m in shown] + ([baseline[0]] if baseline else []) +
+                   ends)
   if baseline is not None:
     _baseline_line(ax, *baseline)
   else:
     ax.text(0.5, 0.5, "no model has accuracy, speed and memory", ha="center",
             va="center", transform=ax.transAxes)
-  for m in shown:
-    ax.scatter([speed_by_model[m]], [accuracy_by_model[m]], s=area(memory_by_model[m]),
-               color=style[m][0], alpha=0.55, edgecolors="black", linewidths=0.8,
-               clip_on=False, zorder=2)
+  bars_note = _points(ax, shown, speed_by_model, accuracy_by_model, areas,
+                      {m: style[m][0] for m in shown}, bars)
   labels = {m: f"{MODEL_TITLES.get(m, m)}{'*' * (m in marked)}\n"
                 f"{memory_text(memory_by_model[m])}" for m in shown}
   below = list(notes) + (["Left out: " + "; ".join(left_out)] if left_out else []) + (
       ["* accuracy not comparable with the paper's (see accuracy.md)"]
-      if marked & set(shown) else [])
+      if marked & set(shown) else []) + bars_note
   shifts = _spread_labels(fig, ax, shown, speed_by_model, accuracy_by_model,
-                          {m: math.sqrt(area(memory_by_model[m]) / math.pi) for m in shown},
-                          labels)
+                          {m: math.sqrt(areas[m] / math.pi) for m in shown}, labels)
   _annotate(ax, shown, speed_by_model, accuracy_by_model, labels, shifts)
   ax.text(0.99, 0.01, "bubble area \u221d memory", transform=ax.transAxes, ha="right",
           va="bottom", fontsize=8, color="dimgrey")
@@ -168,7 +186,8 @@ def bubble_chart(path: str, accuracy_by_model: dict[str, float],
   if below:
     fig.text(0.01, -0.02, "\n".join(below), fontsize=7, ha="left", va="top", wrap=True)
   drawn = {"xlim": ax.get_xlim(), "ylim": ax.get_ylim(), "xlabel": xlabel, "ylabel": ylabel,
-           "labels": labels, "baseline": baseline, "notes": below}
+           "labels": labels, "baseline": baseline, "notes": below,
+           "error_bars": {m: std for m, (std, _) in bars.items()}}
   _save(fig, path)
   return drawn
 

@@ -7,10 +7,9 @@ from lra.reporting.numbers import finite, fmt, memory_text, si
 from lra.reporting.paper import MODEL_TITLES, TASK_TITLES
 
 
-def _compare(ours: float | None, paper: float | None, paper_fail: bool = False,
-             diff: float | None = None, mark: str = "") -> str:
-  """'44.9 (36.4, +8.5)'; '-' for a missing figure; 'FAIL' for the paper's failures."""
-  text = fmt(ours) + mark
+def _compare(text: str, paper: float | None, paper_fail: bool = False,
+             diff: float | None = None) -> str:
+  """'44.9 (36.4, +8.5)' from our figure's text; 'FAIL' for the paper's failures."""
   if paper_fail:
     return f"{text} (FAIL)"
   if paper is None:
@@ -20,11 +19,18 @@ def _compare(ours: float | None, paper: float | None, paper_fail: bool = False,
   return f"{text} ({paper:.1f}, {diff:+.1f})"
 
 
-def _accuracy_cell(ours, paper, paper_fail: bool, diff, comparable: bool, mark: str = "") -> str:
+def _ours_text(ours: float | None, std: float | None = None, n: int = 1) -> str:
+  """'44.9', or over n seeds '44.9 ± 1.2 (n=3)'; '-' for a missing figure."""
+  return f"{fmt(ours)} ± {fmt(std)} (n={n})" if ours is not None and n > 1 else fmt(ours)
+
+
+def _accuracy_cell(ours, paper, paper_fail: bool, diff, comparable: bool, mark: str = "",
+                   std: float | None = None, n: int = 1) -> str:
   """A marked (`*`) cell is ours alone: never set beside the paper's figure."""
+  text = _ours_text(ours, std, n)
   if ours is not None and not comparable:
-    return fmt(ours) + "*" + mark
-  return _compare(ours, paper, paper_fail, diff, mark)
+    return text + "*" + mark
+  return _compare(text + mark, paper, paper_fail, diff)
 
 
 def _marked_notes(table: dict) -> list[str]:
@@ -55,7 +61,7 @@ def accuracy_markdown(table: dict) -> str:
     for task in tasks:
       c = row["cells"][task]
       cells.append(_accuracy_cell(c["ours"], c["paper"], c["paper_fail"], c["diff"],
-                                  not c["not_comparable"]))
+                                  not c["not_comparable"], std=c.get("std"), n=c.get("n", 1)))
     cells.append(_accuracy_cell(row["avg5"], row["paper_avg5"], False, row["avg5_diff"],
                                 row["avg5_comparable"]))
     mark = "†" if row["avg6"] is not None and row["avg6_pathx_assumed"] else ""
@@ -74,6 +80,8 @@ def accuracy_markdown(table: dict) -> str:
           if row["cells"][t]["run"]]
   if any(run["superseded"] for _, _, run in runs):
     lines += ["", table.get("choice_rule", "")]
+  if any(run.get("seeds") for _, _, run in runs):
+    lines += ["", table.get("seed_rule", "")]
   if runs:
     lines += ["", "How each cell was obtained:", ""]
     lines += [_run_line(model, task, run) for model, task, run in runs]
@@ -81,8 +89,12 @@ def accuracy_markdown(table: dict) -> str:
 
 
 def _run_line(model: str, task: str, run: dict) -> str:
-  best = (f"best val {fmt(run['best_val_accuracy'])}% at step {run['best_step']}"
-          if run["best_step"] is not None else "no validation")
+  seeds = run.get("seeds") or []
+  if seeds:  # the best steps differ from seed to seed
+    best = f"best val {fmt(run['best_val_accuracy'])}% (mean over the seeds)"
+  else:
+    best = (f"best val {fmt(run['best_val_accuracy'])}% at step {run['best_step']}"
+            if run["best_step"] is not None else "no validation")
   text = (f"- {MODEL_TITLES.get(model, model)} / {TASK_TITLES.get(task, task)}: "
           f"{run['num_train_steps']} steps, {best}, {run['config']}, on {run['hardware']}")
   if run.get("train_count") is not None:
@@ -93,7 +105,11 @@ def _run_line(model: str, task: str, run: dict) -> str:
     text += f" (majority class {fmt(run['majority_rate'])}%)"
   if str(run.get("tested_checkpoint") or "").startswith("the final state"):
     text += f"; tested {run['tested_checkpoint']}"  # not the best-on-validation one
-  text += f"; `{run['workdir']}`"
+  if seeds:
+    text += f"; {len(seeds)} seeds: " + ", ".join(
+        f"seed {s['seed']} {fmt(s['test_accuracy'])}% `{s['workdir']}`" for s in seeds)
+  else:
+    text += f"; `{run['workdir']}`"
   if run["superseded"]:
     text += f" (chosen over {', '.join(run['superseded'])})"
   return text

@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from lra import paths
-from lra.reporting import comparable
+from lra.reporting import comparable, seeds
 from lra.reporting.numbers import finite
 from lra.reporting.paper import TASKS
 from models.settings import is_int, is_real
@@ -70,7 +70,8 @@ CHOICE_RULE = ("Of several runs of one model and task, a run on the task's full 
                "paper-comparable config is preferred; runs on the same data are chosen by best "
                "validation accuracy (never by test accuracy); runs on different data are not "
                "compared by validation accuracy: the one with more training, then test, "
-               "examples is kept, then the first one found.")
+               "examples is kept, then the first one found. Runs that differ only in the seed "
+               "are pooled first; such a set is compared by its mean validation accuracy.")
 
 
 def _choose(old: dict, new: dict, references: comparable.References) -> tuple[dict, dict, str]:
@@ -104,18 +105,10 @@ def run_label(result: dict) -> str:
   return result["model"]
 
 
-def collect_results(workdirs: list[str], warnings: list[str] | None = None, *,
-                    references: comparable.References) -> list[dict]:
-  """Reads every results.json under the given run or parent directories.
-
-  Problems (missing results, unreadable or impossible files, unknown tasks, duplicate runs)
-  are appended to `warnings` (the caller prints them) instead of raised, one line per file,
-  so one broken run does not hide the others. Of several runs of the same (model, task) one
-  is kept by CHOICE_RULE (paper-comparable: against the configs `references` makes); it gets
-  "workdir" and, when it won a choice, "superseded" (the other run directories).
-  """
-  warnings = [] if warnings is None else warnings
-  kept: dict[tuple[str, str], dict] = {}
+def _read(workdirs: list[str], warnings: list[str]) -> list[dict]:
+  """Every valid results.json under the folders, with "workdir", "mixer" and the table's
+  "model"; a broken one is a warning."""
+  found = []
   for workdir in workdirs:
     for file in _find_results(workdir, warnings):
       try:
@@ -127,17 +120,51 @@ def collect_results(workdirs: list[str], warnings: list[str] | None = None, *,
       if why is not None:
         warnings.append(f"{file}: {why}; skipped")
         continue
-      result = {**result, "workdir": str(file.parent), "mixer": result["model"],
-                "model": run_label(result)}
-      key = (result["model"], result["task"])
-      old = kept.get(key)
-      if old is None:
-        kept[key] = result
-        continue
-      winner, loser, why = _choose(old, result, references)
-      winner["superseded"] = (list(winner.get("superseded", [])) + [loser["workdir"]] +
-                              list(loser.get("superseded", [])))
-      kept[key] = winner
-      warnings.append(f"{key[0]}/{key[1]}: two runs; kept {winner['workdir']} over "
-                      f"{loser['workdir']} ({why})")
-  return sorted(kept.values(), key=lambda r: (r["model"], r["task"]))
+      found.append({**result, "workdir": str(file.parent), "mixer": result["model"],
+                    "model": run_label(result)})
+  return found
+
+
+def _where(result: dict) -> str:
+  dirs = seeds.workdirs(result)
+  return dirs[0] if len(dirs) == 1 else f"the {len(dirs)} seeds in {', '.join(dirs)}"
+
+
+def _keep(runs: list[dict], references: comparable.References, warnings: list[str]) -> dict:
+  """One of several runs (or pooled sets of seeds) of one cell, by CHOICE_RULE in the order
+  found; the kept one lists the others' run directories in "superseded"."""
+  kept = runs[0]
+  for new in runs[1:]:
+    winner, loser, why = _choose(kept, new, references)
+    winner["superseded"] = (list(winner.get("superseded", [])) + seeds.workdirs(loser) +
+                            list(loser.get("superseded", [])))
+    what = "two runs" if "seeds" not in kept and "seeds" not in new else "runs of other settings"
+    warnings.append(f"{new['model']}/{new['task']}: {what}; kept {_where(winner)} over "
+                    f"{_where(loser)} ({why})")
+    kept = winner
+  return kept
+
+
+def collect_results(workdirs: list[str], warnings: list[str] | None = None, *,
+                    references: comparable.References) -> list[dict]:
+  """Reads every results.json under the given run or parent directories.
+
+  Problems (missing results, unreadable or impossible files, unknown tasks, duplicate runs)
+  are appended to `warnings` (the caller prints them) instead of raised, one line per file,
+  so one broken run does not hide the others. Runs of one (model, task) that differ only in
+  the seed are pooled (lra.reporting.seeds: their mean, and "seeds"); of several runs or sets
+  that differ in more, one is kept by CHOICE_RULE (paper-comparable: against the configs
+  `references` makes); it gets "workdir" and, when it won a choice, "superseded" (the other
+  run directories).
+  """
+  warnings = [] if warnings is None else warnings
+  cells: dict[tuple[str, str], list[dict]] = {}
+  for result in _read(workdirs, warnings):
+    cells.setdefault((result["model"], result["task"]), []).append(result)
+  kept = []
+  for runs in cells.values():
+    pooled = [seeds.pool([_keep(repeats, references, warnings)
+                          for repeats in seeds.by_seed(group)])
+              for group in seeds.groups(runs)]
+    kept.append(_keep(pooled, references, warnings))
+  return sorted(kept, key=lambda r: (r["model"], r["task"]))
