@@ -268,8 +268,8 @@ def _relative(x, y) -> float:
   return float(np.linalg.norm(x - y)) / scale if scale > 0 else float(np.linalg.norm(x))
 
 
-def _model_run(config, task, implementation: str, steps: int) -> dict:
-  """The trainer's loss and gradients at the initial parameters, then `steps` steps of the
+def _model_run(config, task, implementation: str, num_steps: int) -> dict:
+  """The trainer's loss and gradients at the initial parameters, then `num_steps` steps of the
   trainer's own sharded, jitted, donating train step; the losses it reports."""
   import jax
   from lra.training import steps, trainer
@@ -289,7 +289,7 @@ def _model_run(config, task, implementation: str, steps: int) -> dict:
   flat_grads = jax.device_get(jax.flatten_util.ravel_pytree(grads)[0])
   compiled = train_step.lower(state, batch, key).compile()
   losses = []
-  for _ in range(steps):
+  for _ in range(num_steps):
     state, metrics = compiled(state, batch, key)
     losses.append(float(metrics["loss_sum"]) / float(metrics["count"]))
   return {"loss": float(loss), "grads": flat_grads, "step_losses": losses,
