@@ -19,7 +19,8 @@ OBSERVING = {"num_train_steps", "max_train_time_s", "eval_every", "log_every",
 IGNORED = {"seed", "data.seed", "data.split_seed", "data.data_dir", "data.workers",
            "data.generate_if_missing", "model.dtype", "eval_batch_size", "log_every",
            "eval_every", "checkpoint_every", "keep_checkpoints", "progress",
-           "log_all_processes", "compilation_cache_dir", "profile_steps", "max_train_time_s"}
+           "log_all_processes", "compilation_cache_dir", "profile_steps", "max_train_time_s",
+           "grad_accum_steps", "objective", "mask_rate", "init_from"}
 
 
 def test_base_config_holds_the_table_in_its_order_with_its_defaults():
