@@ -155,7 +155,11 @@ def main(argv):
     if message is None:
       raise  # a bug: its traceback
     _exit_on_fault(message)
-  if jax.process_index() == 0:
+  if jax.process_index() == 0 and results.get("objective") == "denoise":
+    print(f"masked-token validation accuracy {results['val_masked_accuracy']:.4f} (loss "
+          f"{results['val_masked_loss']:.4f}, best at step {results['best_step']}); results "
+          f"in {_WORKDIR.value}/results.json")
+  elif jax.process_index() == 0:
     print(f"test accuracy {results['test_accuracy']:.4f} (best validation "
           f"{results['best_val_accuracy']:.4f} at step {results['best_step']}; "
           f"majority class of the test set {results['test_majority_rate']:.4f}); "

@@ -69,6 +69,19 @@ ATTENTION = {
 }
 
 
+# Self-pretraining (config.objective="denoise"): the fraction of a task's real tokens that are
+# masked. Amos, Berant & Gupta, "Never Train from Scratch" (ICLR 2024), Section 2 ("Self
+# Pretraining (SPT)"): 50% for the visual tasks (following He et al. 2022), 15% for the
+# language tasks Text and Retrieval (following Liu et al. 2019), 10% for ListOps. Their code
+# (IdoAmos/not-from-scratch) agrees where it fixes the rate: mlm_prob 0.5 in
+# configs/experiment/lra/transformer-lra-cifar-mlm.yaml, transformer-lra-pathx-mlm-small.yaml
+# and configs/dataset/pathfinder-lm.yaml (the other tasks set dataset.mlm_prob on the command
+# line). Each chosen token, independently, becomes the mask token (no random or kept tokens:
+# src/dataloaders/base.py, MaskedSequenceDatasetWrapper.mask).
+SPT_MASK_RATE = {"listops": 0.10, "text": 0.15, "retrieval": 0.15, "image": 0.50,
+                 "pathfinder": 0.50, "pathx": 0.50}
+
+
 def apply(c, options: set[str]):
   """Sets config `c` (task c.task, model c.model.name) from the tables above, then from the
   model's published table (configs/published), if it has one."""
@@ -80,6 +93,7 @@ def apply(c, options: set[str]):
   if "cpu" in options:
     c.model.update(sizes["cpu"])
   c.model.update(TASK.get(task, {}))
+  c.mask_rate = SPT_MASK_RATE[task]
   c.model.update(registry.encoder_settings(model))
   c.model.attention.update(ATTENTION.get((task, model), {}))
   published.apply(c, options)

@@ -8,7 +8,7 @@ import importlib
 
 from models import registry
 
-_ENCODER_NAMES = ("Classifier", "DualClassifier", "Encoder", "build")
+_ENCODER_NAMES = ("Classifier", "Denoiser", "DualClassifier", "Encoder", "build")
 __all__ = [*_ENCODER_NAMES, "registry"]
 
 

@@ -186,7 +186,9 @@ class _BlockBranch(nn.Module):
 
 
 class Encoder(nn.Module):
-  """Tokens BxL -> pooled features BxD. Token id 0 is padding unless a mask is given.
+  """Tokens BxL -> pooled features BxD (or, with tokens=True, the features of every input
+  position BxLxD before pooling, the CLS position left out: the same parameters either way).
+  Token id 0 is padding unless a mask is given.
 
   Every encoder setting is in `config` (models.settings.EncoderConfig), which the blocks share.
   """
@@ -197,7 +199,8 @@ class Encoder(nn.Module):
   config: EncoderConfig = EncoderConfig()
 
   @nn.compact
-  def __call__(self, inputs_BxL, mask_BxL=None, *, deterministic: bool = True):
+  def __call__(self, inputs_BxL, mask_BxL=None, *, deterministic: bool = True,
+               tokens: bool = False):
     c = self.config
     batch, length = inputs_BxL.shape
     if length > self.max_len:
@@ -236,6 +239,8 @@ class Encoder(nn.Module):
       x_BxLxD = normalize(c.norm, c.dtype, x_BxLxD, mask_BxL,
                           deterministic=deterministic, name="final_norm")
     x_BxLxD = x_BxLxD.astype(jnp.float32)
+    if tokens:
+      return x_BxLxD[:, int(c.use_cls):]
     return pool(x_BxLxD, mask_BxL, c.pooling)
 
   @property
@@ -335,9 +340,27 @@ class DualClassifier(nn.Module):
     return nn.Dense(self.num_classes, kernel_init=init, name="head_out")(h)
 
 
-def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair: bool):
-  """Builds the classifier from a plain dict of model settings (config.model). Checks every
-  setting now, the mixer's included (SettingError): a bad config fails before any tracing."""
+class Denoiser(nn.Module):
+  """Encoder + per-token head Dense(mlp_dim)-GELU-Dense(outputs): logits BxLxO, float32, for
+  masked-token pretraining. Its encoder's parameters have the Classifier's names and shapes."""
+  encoder: Encoder
+  num_outputs: int
+
+  @nn.compact
+  def __call__(self, inputs_BxL, mask_BxL=None, *, deterministic: bool = True):
+    h_BxLxD = self.encoder(inputs_BxL, mask_BxL, deterministic=deterministic, tokens=True)
+    init = nn.initializers.xavier_uniform()
+    h = nn.gelu(nn.Dense(self.encoder.config.mlp_dim, kernel_init=init,
+                         name="token_hidden")(h_BxLxD))
+    return nn.Dense(self.num_outputs, kernel_init=init, name="token_out")(h)
+
+
+def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair: bool,
+          denoise: bool = False):
+  """Builds the classifier (or with `denoise`, the Denoiser with num_classes outputs per
+  token, one tower even for a pair task) from a plain dict of model settings (config.model).
+  Checks every setting now, the mixer's included (SettingError): a bad config fails before
+  any tracing."""
   model = dict(model)
   mixer = model.pop("name")
   settings = dict(model.pop("attention", {}) or {})
@@ -355,6 +378,8 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
                     mixer_settings=settings, config=config)
   # The mixer as the blocks build it (checked on construction), and with the longest input.
   make_mixer(mixer, settings, config, length=max_len + int(config.use_cls))
+  if denoise:
+    return Denoiser(encoder, num_classes)
   if pair:
     return DualClassifier(encoder, num_classes, pair_features)
   return Classifier(encoder, num_classes)

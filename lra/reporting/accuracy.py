@@ -12,6 +12,7 @@ from lra.reporting.numbers import pct
 from lra.reporting.results import CHOICE_RULE
 from lra.reporting.paper import (PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS, PATHX_FAIL_SCORE,
                                  TASKS, TASKS5, model_order)
+from lra.reporting.paper import SPT_ACCURACY  # [SPT] Amos et al.'s figures beside SPT rows
 
 
 def _config_summary(config: dict) -> str:
@@ -105,7 +106,7 @@ def accuracy_table(results: list[dict], *, references: comparable.References,
   models = model_order(list(by_model) + (list(PAPER_MODELS) if include_paper_models else []))
   rows = []
   for model in models:
-    paper = PAPER_ACCURACY.get(model)
+    paper = PAPER_ACCURACY.get(model) or SPT_ACCURACY.get(model)  # [SPT]
     cells = {}
     for task in TASKS:
       result = by_model.get(model, {}).get(task)

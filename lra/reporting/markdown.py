@@ -5,6 +5,7 @@ import json
 
 from lra.reporting.numbers import finite, fmt, memory_text, si
 from lra.reporting.paper import MODEL_TITLES, TASK_TITLES
+from lra.reporting.paper import SPT, SPT_NOTE  # [SPT]
 
 
 def _compare(text: str, paper: float | None, paper_fail: bool = False,
@@ -75,6 +76,8 @@ def accuracy_markdown(table: dict) -> str:
             "Averages are given only when all five other tasks are present."]
   if any_assumed:
     lines.append("† no Path-X run: counted as 50 in Avg6.")
+  if any(row["model"].endswith(SPT) for row in table["rows"]):  # [SPT]
+    lines.append(SPT_NOTE)
   lines += _marked_notes(table)
   runs = [(row["model"], t, row["cells"][t]["run"]) for row in table["rows"] for t in tasks
           if row["cells"][t]["run"]]

@@ -7,7 +7,7 @@ from typing import Any
 from lra import paths
 from lra.reporting import comparable, seeds
 from lra.reporting.numbers import finite
-from lra.reporting.paper import TASKS
+from lra.reporting.paper import SPT, TASKS
 from models.settings import is_int, is_real
 
 
@@ -100,9 +100,12 @@ def run_label(result: dict) -> str:
   config = result.get("config")
   attention = ((config.get("model") or {}).get("attention") or {}) if isinstance(config, dict) \
       else {}
+  name = result["model"]
+  if isinstance(result.get("init"), dict) and result["init"].get("objective") == "denoise":
+    name += SPT  # [SPT] initialised from a denoise run: a row of its own
   if isinstance(attention, dict) and attention.get("implementation") == "chunked":
-    return f"{result['model']}_chunked"
-  return result["model"]
+    return f"{name}_chunked"
+  return name
 
 
 def _read(workdirs: list[str], warnings: list[str]) -> list[dict]:
@@ -116,6 +119,8 @@ def _read(workdirs: list[str], warnings: list[str]) -> list[dict]:
       except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         warnings.append(f"{file}: unreadable results ({type(e).__name__}: {e}); skipped")
         continue
+      if isinstance(result, dict) and result.get("objective") == "denoise":
+        continue  # [SPT] pretraining: no classification result
       why = problem(result)
       if why is not None:
         warnings.append(f"{file}: {why}; skipped")

@@ -103,6 +103,34 @@ def newest_intact(workdir, kind: str, notes: list[str],
   return None
 
 
+def find_intact(workdir, kinds=("best", "checkpoints")) -> tuple[str, int, dict | None] | None:
+  """(kind, step, meta) of the newest intact step in the first of WORKDIR/KIND that has one,
+  or None. Reads only: damaged steps are passed over, never moved (another run's workdir)."""
+  for kind in kinds:
+    folder = paths.resolve(workdir) / kind
+    for step in _steps(folder):
+      meta, why = check(folder / str(step))
+      if why is None:
+        return kind, step, meta
+  return None
+
+
+def restore_raw(workdir, kind: str, step: int, mesh) -> dict:
+  """The state saved at WORKDIR/KIND/STEP as a tree of arrays (dicts and lists, no classes),
+  each replicated over `mesh`, whatever model or optimiser made it."""
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  options = ocp.CheckpointManagerOptions(create=False)  # and it never saves
+  handlers = {"state": ocp.StandardCheckpointHandler(), "meta": ocp.JsonCheckpointHandler()}
+  with ocp.CheckpointManager(paths.resolve(workdir) / kind, options=options,
+                             item_handlers=handlers) as manager:
+    saved = manager.item_metadata(step)["state"]
+    abstract = jax.tree_util.tree_map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=sharding), saved,
+        is_leaf=lambda m: hasattr(m, "shape") and hasattr(m, "dtype"))
+    return manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract))).state
+
+
 class Checkpoints:
   """`workdir/checkpoints` keeps the last `keep` states; `workdir/best` the best one.
 

@@ -15,6 +15,7 @@ from typing import Any
 from models import settings as s
 
 SCHEDULES = ("rsqrt", "cosine", "constant")  # lra.training.optim builds each one
+OBJECTIVES = ("classify", "denoise")  # lra.training.steps and lra.training.pretrain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,20 @@ def _cache_dir() -> str:
 TABLE: dict[str, Option] = {
     "seed": Option(0, None, "parameters, dropout and data order all follow from it",
                    ignored=True),
+    # Self-pretraining (Amos et al. 2024): a denoise run learns to restore masked input tokens
+    # of the train split (no labels); a later run starts from its encoder with init_from.
+    # The comparison with the paper ignores these three: no accuracy table lists a denoise
+    # run (nor so its mask rate), and one initialised from a denoise run has a row of its own
+    # (SPT) beside Amos et al.'s figures; where it came from is in its results.json.
+    "objective": Option("classify", s.Choice(OBJECTIVES), '"classify" (the task\'s labels) or '
+                        '"denoise" (pretraining: predict masked tokens of the train inputs)',
+                        ignored=True),
+    "mask_rate": Option(0.15, s.Float(0.0, 1.0, open="low high"), "denoise: the fraction of "
+                        "real tokens replaced by the mask token (per task: configs/table.py)",
+                        ignored=True),
+    "init_from": Option("", None, "WORKDIR of another run whose encoder starts this one (head "
+                        "and optimiser fresh; a resume keeps its own); \"\" = random",
+                        ignored=True),
     "batch_size": Option(32, s.Int(1), "global batch, split over all devices and hosts"),
     # One update from the mean gradient of K micro-batches of batch_size / K, one after
     # another: the activation memory of the smaller batch (the same result within float

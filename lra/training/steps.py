@@ -26,14 +26,26 @@ def sums(logits_BxC, labels_B, weights_B):
           "count": jnp.sum(weights_B)}
 
 
-def train_loss(model, pair: bool, params, *, batch_stats, batch, rng):
-  """The training loss (mean cross-entropy, dropout on) -> (loss, (logits, batch_stats)):
-  differentiated for the parameters only; the batch statistics come back updated."""
-  logits, updated = _logits(model, pair, params, batch_stats, batch, deterministic=False,
-                            rngs={"dropout": rng}, mutable=["batch_stats"])
-  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
-                                                           batch["labels"])
-  return jnp.mean(loss_B), (logits, updated.get("batch_stats", batch_stats))
+def classify_loss(model, pair: bool):
+  """The classification objective: (training loss, evaluation sums).
+
+  The loss (params, batch_stats, batch, rng) -> (mean cross-entropy, (metric sums, updated
+  batch_stats)), dropout on, is differentiated for the parameters only; the evaluation
+  (state, batch) -> metric sums weighs each example by batch["weights"]."""
+
+  def loss(params, batch_stats, batch, rng):
+    logits, updated = _logits(model, pair, params, batch_stats, batch, deterministic=False,
+                              rngs={"dropout": rng}, mutable=["batch_stats"])
+    loss_B = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32),
+                                                             batch["labels"])
+    metrics = sums(logits, batch["labels"], jnp.ones_like(batch["labels"], jnp.float32))
+    return jnp.mean(loss_B), (metrics, updated.get("batch_stats", batch_stats))
+
+  def evaluate(state, batch):
+    logits = _logits(model, pair, state.params, state.batch_stats, batch, deterministic=True)
+    return sums(logits, batch["labels"], batch["weights"])
+
+  return loss, evaluate
 
 
 def micro_batches(batch, accum_steps: int, mesh: Mesh):
@@ -48,17 +60,22 @@ def micro_batches(batch, accum_steps: int, mesh: Mesh):
   return jax.tree_util.tree_map(one, batch)
 
 
-def gradients(model, pair: bool, params, batch_stats, batch, rng):
-  """(mean-loss gradients, updated batch statistics, metric sums, loss) of one batch."""
-  (loss, (logits, batch_stats)), grads = jax.value_and_grad(
-      lambda p: train_loss(model, pair, p, batch_stats=batch_stats, batch=batch, rng=rng),
-      has_aux=True)(params)
-  return grads, batch_stats, sums(logits, batch["labels"],
-                                  jnp.ones_like(batch["labels"], jnp.float32)), loss
+def train_loss(model, pair: bool, params, *, batch_stats, batch, rng):
+  """The classification training loss -> (mean cross-entropy, (metric sums, batch_stats))."""
+  return classify_loss(model, pair)[0](params, batch_stats, batch, rng)
+
+
+def gradients(model, pair: bool, params, batch_stats, batch, rng, loss_fn=None):
+  """(mean-loss gradients, updated batch statistics, metric sums, loss) of one batch, under
+  `loss_fn` (classify_loss's form; None = classification)."""
+  loss_fn = loss_fn or classify_loss(model, pair)[0]
+  (loss, (metrics, batch_stats)), grads = jax.value_and_grad(
+      lambda p: loss_fn(p, batch_stats, batch, rng), has_aux=True)(params)
+  return grads, batch_stats, metrics, loss
 
 
 def accumulated_gradients(model, pair: bool, params, batch_stats, batch, rng,
-                          accum_steps: int, mesh):
+                          accum_steps: int, mesh, loss_fn=None):
   """`gradients` over K micro-batches, one after another (the activations of one at a time):
   the mean of their gradients (each the mean over B/K examples: the mean over B), the batch
   statistics updated by each in turn, the metric sums of all, the mean loss."""
@@ -69,7 +86,7 @@ def accumulated_gradients(model, pair: bool, params, batch_stats, batch, rng,
     grads_sum, stats, sums_sum = carry
     k, micro = k_and_batch
     grads, stats, micro_sums, loss = gradients(model, pair, params, stats, micro,
-                                               jax.random.fold_in(rng, k))
+                                               jax.random.fold_in(rng, k), loss_fn)
     add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)
     return (add(grads_sum, grads), stats, add(sums_sum, micro_sums)), loss
 
@@ -80,10 +97,13 @@ def accumulated_gradients(model, pair: bool, params, batch_stats, batch, rng,
   return grads, batch_stats, metrics, jnp.mean(losses)
 
 
-def make_steps(model, pair: bool, mesh: Mesh, accum_steps: int = 1):
+def make_steps(model, pair: bool, mesh: Mesh, accum_steps: int = 1, objective=None):
   """The jitted train and eval steps: batch sharded over 'data', state replicated, donated.
   `accum_steps` K > 1: the train step's gradient is accumulated over K micro-batches of B/K
-  (config.grad_accum_steps), one update with their mean."""
+  (config.grad_accum_steps), one update with their mean. `objective`: (loss, evaluation) as
+  classify_loss makes them (lra.training.pretrain.denoise_loss for config.objective
+  "denoise"); None = classification."""
+  loss_fn, eval_step = objective or classify_loss(model, pair)
   replicated = NamedSharding(mesh, P())
   sharded = NamedSharding(mesh, P("data"))
 
@@ -91,20 +111,17 @@ def make_steps(model, pair: bool, mesh: Mesh, accum_steps: int = 1):
     step_rng = jax.random.fold_in(rng, state.step)  # resumed runs continue the same stream
     if accum_steps == 1:
       grads, batch_stats, metrics, loss = gradients(model, pair, state.params,
-                                                    state.batch_stats, batch, step_rng)
+                                                    state.batch_stats, batch, step_rng, loss_fn)
     else:
       grads, batch_stats, metrics, loss = accumulated_gradients(
-          model, pair, state.params, state.batch_stats, batch, step_rng, accum_steps, mesh)
+          model, pair, state.params, state.batch_stats, batch, step_rng, accum_steps, mesh,
+          loss_fn)
     new_state = state.apply_gradients(grads=grads).replace(batch_stats=batch_stats)
     # The new parameters too: a checkpoint is saved only if everything so far was finite.
     finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(new_state.params))
     metrics["finite"] = finite.astype(jnp.float32)
     metrics["steps"] = jnp.ones((), jnp.float32)  # counted on device: no host work per step
     return new_state, metrics
-
-  def eval_step(state, batch):
-    logits = _logits(model, pair, state.params, state.batch_stats, batch, deterministic=True)
-    return sums(logits, batch["labels"], batch["weights"])
 
   train = jax.jit(train_step, in_shardings=(replicated, sharded, replicated),
                   out_shardings=(replicated, replicated), donate_argnums=(0,))

@@ -20,8 +20,8 @@ import models
 from lra import config_record, hardware, paths
 from lra.data import batches, tasks
 from lra.errors import UserError
-from lra.training import (checkpoint, config_checks, faults, optim, preemption, profiling,
-                          progress, steps, workdir as workdir_lib)
+from lra.training import (checkpoint, config_checks, faults, initialise, optim, preemption,
+                          pretrain, profiling, progress, steps, workdir as workdir_lib)
 from lra.training.checkpoint import Checkpoints, MismatchError
 from lra.training.writers import MetricWriter
 
@@ -42,10 +42,26 @@ class TrainState(train_state.TrainState):
   batch_stats: Any = None
 
 
-def build_model(config, task: tasks.Task):
-  """The model for this task; an invalid setting raises models.settings.SettingError."""
-  return models.build(config.model.to_dict(), vocab_size=task.vocab_size,
-                      num_classes=task.num_classes, max_len=task.max_len, pair=task.pair)
+def _denoise(config) -> bool:
+  return config.get("objective") == "denoise"
+
+
+def build_model(config, task: tasks.Task, mask_token: bool | None = None):
+  """The model for this task: the classifier, or for config.objective "denoise" the
+  Denoiser, which predicts each token of the vocabulary. `mask_token`: the embedding table
+  has the mask token's row (lra.training.pretrain; None: if the run denoises). An invalid
+  setting raises models.settings.SettingError."""
+  extra = int(_denoise(config) if mask_token is None else mask_token)
+  return models.build(config.model.to_dict(), vocab_size=task.vocab_size + extra,
+                      num_classes=task.vocab_size if _denoise(config) else task.num_classes,
+                      max_len=task.max_len, pair=task.pair, denoise=_denoise(config))
+
+
+def inputs_only(batch: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
+  """A denoise step is given the inputs (and masks, weights), never the labels."""
+  if _denoise(config):
+    batch.pop("labels", None)
+  return batch
 
 
 def add_masks(batch: dict[str, np.ndarray], padding: bool) -> dict[str, np.ndarray]:
@@ -65,7 +81,7 @@ def to_global(batch: dict[str, np.ndarray], sharding) -> dict[str, jax.Array]:
 def create_state(model, task: tasks.Task, config, mesh: Mesh):
   """Parameters initialised under jit, directly replicated over the mesh."""
   dummy = jnp.zeros((1, task.max_len), jnp.int32)
-  inputs = (dummy, dummy) if task.pair else (dummy,)
+  inputs = (dummy, dummy) if task.pair and not _denoise(config) else (dummy,)
   tx = optim.optimizer(config)
 
   def init(rng):
@@ -79,11 +95,13 @@ def create_state(model, task: tasks.Task, config, mesh: Mesh):
   return jax.jit(init, out_shardings=NamedSharding(mesh, P()))(rng)
 
 
-def evaluate(eval_step, state, split, batch_size: int, sharding,
-             padding: bool = True) -> dict[str, float]:
+def evaluate(eval_step, state, split, batch_size: int, sharding, padding: bool = True,
+             config=None) -> dict[str, float]:
   total = None
   for batch in batches.eval_batches(split, batch_size):
-    sums = eval_step(state, to_global(add_masks(batch, padding), sharding))
+    batch = add_masks(batch, padding) if config is None else inputs_only(
+        add_masks(batch, padding), config)
+    sums = eval_step(state, to_global(batch, sharding))
     total = sums if total is None else jax.tree_util.tree_map(jnp.add, total, sums)
   total = jax.device_get(total)
   count = float(total["count"])
@@ -106,10 +124,12 @@ def _write_json(path, obj) -> None:
   paths.write_text(path, json.dumps(obj, indent=1))
 
 
-def _check_run(config, workdir, allow_change: bool) -> tuple[int | None, dict | None]:
-  """(step of the newest intact checkpoint or None, record of what changed or None), once the
-  run in workdir is known to be this one (workdir_lib.check_resume). Reads only the
-  checkpoints' manifests, so a refusal comes before anything is compiled."""
+def _check_run(config, workdir, allow_change: bool) -> tuple[int | None, dict | None,
+                                                              dict | None]:
+  """(step of the newest intact checkpoint or None, record of what changed or None, the run
+  its encoder started from or None), once the run in workdir is known to be this one
+  (workdir_lib.check_resume). Reads only the checkpoints' manifests, so a refusal comes
+  before anything is compiled."""
   notes = []
   found = checkpoint.newest_intact(workdir, "checkpoints", notes)  # damaged: moved aside
   if notes and found is None:
@@ -119,7 +139,8 @@ def _check_run(config, workdir, allow_change: bool) -> tuple[int | None, dict | 
   step, meta = found if found is not None else (None, None)
   # The settings the checkpoints were made with; config.json for a run that saved none yet.
   reference = (meta or {}).get("config") or workdir_lib.read_json(workdir / "config.json")
-  return step, workdir_lib.check_resume(config, workdir, reference, step or 0, allow_change)
+  change = workdir_lib.check_resume(config, workdir, reference, step or 0, allow_change)
+  return step, change, (meta or {}).get("init")
 
 
 def _restore(ckpts: Checkpoints, step: int | None, change: dict | None, state, config,
@@ -197,7 +218,7 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
     for step in range(start, total):
       trace.before_step(step)
       batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
-      batch = add_masks(batch, task.padding)
+      batch = inputs_only(add_masks(batch, task.padding), config)
       state, metrics = train_step(state, to_global(batch, sharding), dropout_rng)
       sums = metrics if sums is None else jax.tree_util.tree_map(jnp.add, sums, metrics)
       done = step + 1
@@ -261,23 +282,19 @@ def _warn(notes: list[str]) -> None:
 
 def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
           meta: dict, stopped: dict | None) -> dict[str, Any]:
-  """Tests the best checkpoint on validation (and the last state, for reference). If no copy
-  of it restores, tests the final state, and the results say so. `stopped`: the record of a
-  run ended by config.max_train_time_s before config.num_train_steps."""
+  """Tests the best checkpoint on test (and the last state, for reference); a denoise run
+  gives its masked-token figures on validation instead and never reads the test split. If no
+  copy of the best checkpoint restores, the final state is used, and the results say so.
+  `stopped`: the record of a run ended by config.max_train_time_s before
+  config.num_train_steps."""
   best_state, best_meta, tested = ckpts.restore_best(state, meta)
   _warn(ckpts.notes)
-  test = evaluate_split(best_state, task.splits["test"])
-  last_test = evaluate_split(state, task.splits["test"])
-  labels = np.asarray(task.splits["test"]["labels"])
-  return {
+  record = {
       "task": config.task, "model": config.model.name,
-      "test_accuracy": test["accuracy"], "test_loss": test["loss"],
-      "test_count": test["count"], "best_step": best_meta["best_step"],
+      "objective": config.get("objective", "classify"), "best_step": best_meta["best_step"],
       "train_count": len(task.splits["train"]["labels"]),
       "val_count": len(task.splits["val"]["labels"]),
       "best_val_accuracy": best_meta["best_val_accuracy"],
-      "last_step_test_accuracy": last_test["accuracy"],
-      "test_majority_rate": float(np.bincount(labels).max() / len(labels)),
       # The steps trained: config.num_train_steps unless max_train_time_s ended it earlier.
       "num_train_steps": int(state.step), "planned_num_train_steps": config.num_train_steps,
       "stopped_early": stopped, "train_time_s": meta["train_time_s"],
@@ -286,7 +303,31 @@ def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
       "tested_step": int(best_state.step), "tested_checkpoint": tested,
       # Settings changed on resumes, and resumes of a diverged run (workdir_lib.check_resume).
       "config_changes": meta.get("config_changes", []),
+      "init": meta.get("init"),  # the run whose encoder this one started from (init_from)
   }
+  if _denoise(config):
+    val = evaluate_split(best_state, task.splits["val"])
+    return {**record, **pretrain.results(val, config.mask_rate,
+                                         pretrain.mask_token(task.vocab_size))}
+  test = evaluate_split(best_state, task.splits["test"])
+  last_test = evaluate_split(state, task.splits["test"])
+  labels = np.asarray(task.splits["test"]["labels"])
+  return {**record, "test_accuracy": test["accuracy"], "test_loss": test["loss"],
+          "test_count": test["count"], "last_step_test_accuracy": last_test["accuracy"],
+          "test_majority_rate": float(np.bincount(labels).max() / len(labels))}
+
+
+def _objective(config, model, task: tasks.Task):
+  """The steps' (loss, evaluation) of config.objective; None: classification's."""
+  if not _denoise(config):
+    return None
+  return pretrain.denoise_loss(model, task.pair, config.mask_rate,
+                               pretrain.mask_token(task.vocab_size))
+
+
+def _say_once(line: str) -> None:
+  if jax.process_index() == 0:
+    print(line, flush=True)
 
 
 def train_and_evaluate(config, workdir: str, devices=None,
@@ -302,27 +343,33 @@ def train_and_evaluate(config, workdir: str, devices=None,
   lock = workdir_lib.Lock(workdir)  # a second trainer on this workdir stops here
   ckpts = writer = None
   try:
+    step, change, started = _check_run(config, workdir, allow_config_change)  # reads only
+    # init_from, for a new run: checked before the data loads. A resumed run has its own.
+    source = initialise.find(config, workdir) if step is None else None
     task = tasks.load(config)
     config_checks.check_train_split(config, len(task.splits["train"]["labels"]))
-    model = build_model(config, task)
-    step, change = _check_run(config, workdir, allow_config_change)  # before compiling
-    train_step, eval_step, sharding = steps.make_steps(model, task.pair, mesh,
-                                                       config.grad_accum_steps)
+    model = build_model(config, task, initialise.needs_mask_token(config, source, started))
+    train_step, eval_step, sharding = steps.make_steps(
+        model, task.pair, mesh, config.grad_accum_steps, _objective(config, model, task))
     state = create_state(model, task, config, mesh)
     faults.check_room(workdir, state, config.keep_checkpoints)  # before Orbax writes
     ckpts = Checkpoints(workdir, config.keep_checkpoints)
     state, meta = _restore(ckpts, step, change, state, config, workdir)
+    if step is None and source is not None:  # a resumed run keeps its own encoder
+      state, meta["init"] = initialise.load(source, state, mesh)
+      _say_once(f"Starting from the encoder of {source.workdir} ({source.kind}/{source.step})")
     _write_json(workdir / "config.json", config.to_dict())
-    if int(state.step) and jax.process_index() == 0:
-      print(f"Resuming from the checkpoint at step {int(state.step)} in {workdir}", flush=True)
+    if int(state.step):
+      _say_once(f"Resuming from the checkpoint at step {int(state.step)} in {workdir}")
     writer = MetricWriter(workdir, int(state.step))  # drops rows written after the checkpoint
     evaluate_split = functools.partial(evaluate, eval_step, batch_size=config.eval_batch_size,
-                                       sharding=sharding, padding=task.padding)
+                                       sharding=sharding, padding=task.padding, config=config)
     state, stopped = _train(config, workdir, task, train_step, evaluate_split, sharding,
                             state, ckpts, meta, writer)
     results = _test(config, task, evaluate_split, state, ckpts, meta, stopped)
-    writer.write(int(state.step), {"test_accuracy": results["test_accuracy"],
-                                   "test_loss": results["test_loss"]})
+    final = ("val_masked_accuracy", "val_masked_loss") if _denoise(config) else (
+        "test_accuracy", "test_loss")
+    writer.write(int(state.step), {k: results[k] for k in final})
     _write_json(workdir / "results.json", results)
     return results
   finally:

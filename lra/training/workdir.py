@@ -96,6 +96,8 @@ def check_resume(config, workdir, reference: dict | None, step: int,
                     f"use a new --workdir for a shorter run")
   changes = ({} if reference is None else
              differences(reference, config_record.as_json(config)))
+  # A trainer setting added since the run started is not a change (the run predates it).
+  changes = {k: v for k, v in changes.items() if not (v[0] is None and k in options.TABLE)}
   binding = [f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items()
              if changes_result(k, config.schedule)]
   # A checkpoint saved before a divergence leads to it again under the same settings.
