@@ -6,7 +6,7 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The commands above configs/ (they load configs and pass values in); every other module of
 # lra/ and models/ is library, or shared by library and commands.
-COMMANDS = ("lra/leaderboard.py", "lra/measuring.py", "lra/references.py")
+COMMANDS = ("lra/leaderboard.py", "lra/grid_plan.py", "lra/measuring.py", "lra/references.py")
 GRAPH_PACKAGES = ("lra", "models", "configs")
 
 

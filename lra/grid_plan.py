@@ -1,0 +1,173 @@
+"""The grid's plan for python -m lra.leaderboard: its runs (cells x seeds), their workdirs
+and train.py commands, and the SLURM script of them. Every config is loaded and every --set key
+checked here, so a mistake is one line before anything runs; the running, skipping and the
+table are lra.leaderboard's."""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+import shlex
+
+from lra import cli, paths
+from lra.errors import UserError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # train.py, configs/
+PRESETS = {"cpu": ",cpu", "paper": ",paper", "base": ""}
+# Grid names that are another mixer with settings: (registered mixer, --set items).
+ALIASES = {"transformer_chunked": ("transformer", ("model.attention.implementation=chunked",))}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  task: str
+  model: str                   # the grid's name (a registered mixer or an alias)
+  workdir: str
+  command: tuple[str, ...]     # python train.py ...
+  expect: tuple[tuple[str, object], ...]  # recorded config values a finished run must have
+
+  @property
+  def name(self) -> str:
+    return f"{self.task}/{os.path.basename(self.workdir)}"
+
+
+def _names(text: str, flag: str, valid: list[str]) -> list[str]:
+  """'a,all,b' -> names, `all` expanded to the registered ones; a bad one is a UserError."""
+  items = [t.strip() for t in text.split(",")] if text.strip() else []
+  if not items or not all(items):
+    raise UserError(f"--{flag}={text!r}: give names, comma separated, or all (valid: "
+                    f"{', '.join(valid)})")
+  names = []
+  for item in items:
+    found = [n for n in valid if n not in ALIASES] if item == "all" else [item]
+    if item != "all" and item not in valid:
+      raise UserError(f"--{flag}: unknown name {item!r} (valid: all, {', '.join(valid)})")
+    names += [n for n in found if n not in names]
+  return names
+
+
+def _literal(text: str):
+  """A --set value as train.py's override gives it to the config, as JSON records it: a
+  Python literal where it is one, else the text itself."""
+  return json.loads(json.dumps(cli.literal(text)))
+
+
+def _parse_set(item: str, scopes: list[str]) -> tuple[str | None, str, str]:
+  """'[SCOPE:]KEY=VALUE' -> (scope or None, key, value)."""
+  scope, key, value = cli.split_set(item, "KEY=VALUE or TASK:KEY=VALUE or MODEL:KEY=VALUE",
+                                    "num_train_steps=100", scoped=True)
+  if key.startswith(("-", "config.")):
+    raise UserError(f"--set {item!r}: give the config key alone, e.g. --set "
+                    f"{key.lstrip('-').removeprefix('config.')}={value}")
+  if scope is not None and scope not in scopes:
+    raise UserError(f"--set {item!r}: {scope!r} is no task or model of this grid "
+                    f"({', '.join(scopes)})")
+  return scope, key, value
+
+
+def _has_key(config, key: str) -> bool:
+  node = config
+  for part in key.split("."):
+    if not hasattr(node, "keys") or part not in node.keys():
+      return False
+    node = node[part]
+  return True
+
+
+def _config(task: str, model: str, preset: str):
+  """The run's config, loaded as train.py loads it (no JAX): a bad one is one line now."""
+  from configs import task_config
+  try:
+    return task_config(task).get_config(model + PRESETS[preset])
+  except UserError as e:  # a model's SettingError included
+    raise UserError(f"{task} config of {model} ({preset}): {e}") from None
+
+
+def _script_paths() -> tuple[str, str]:
+  """train.py and configs/ as the commands name them: relative where this process runs in
+  the repository (the printed commands then read as the README's), else absolute."""
+  here = os.path.exists(REPO) and os.path.samefile(os.getcwd(), REPO)
+  return ("train.py", "configs") if here else (os.path.join(REPO, "train.py"),
+                                               os.path.join(REPO, "configs"))
+
+
+def _workdir(root: str, task: str, model: str, preset: str, seed: int | None) -> str:
+  """ROOT/TASK/MODEL[-PRESET][_seedN]: seed 0 (or none) keeps the name a grid without --seeds
+  gives, so its finished runs are found."""
+  name = (model if preset == "base" else f"{model}-{preset}") + (f"_seed{seed}" if seed else "")
+  return f"{root.rstrip('/')}/{task}/{name}" if paths.is_remote(root) else os.path.join(
+      root, task, name)
+
+
+def _seeds(text: str | None) -> list[int | None]:
+  """--seeds=0,1,2 -> [0, 1, 2]; [None] without it (the config's own seed, as before)."""
+  if text is None:
+    return [None]
+  items = [t.strip() for t in text.split(",")]
+  if not all(t.isascii() and t.isdigit() for t in items) or len(set(map(int, items))) < len(
+      items):
+    raise UserError(f"--seeds={text!r}: give distinct non-negative integers, comma separated, "
+                    f"e.g. --seeds=0,1,2")
+  return [int(t) for t in items]
+
+
+def _cell_settings(task: str, model: str, preset: str, sets: list
+                   ) -> tuple[int, list[tuple[str, str]]]:
+  """(num_train_steps, the (key, value) overrides) of one cell, each key checked first."""
+  mixer, extra = ALIASES.get(model, (model, ()))
+  config = _config(task, mixer, preset)
+  mine = [_parse_set(item, [])[1:] for item in extra] + [
+      (key, value) for scope, key, value in sets if scope in (None, task, model)]
+  for key, value in mine:
+    if not _has_key(config, key):
+      raise UserError(f"--set {key}={value}: the {task} config of {model} has no key "
+                      f"{key!r} (see configs/base.py and configs/{task}.py); a key that "
+                      f"only some runs have takes a scope: TASK:KEY=VALUE or "
+                      f"MODEL:KEY=VALUE")
+  return config.num_train_steps, mine
+
+
+def plan(args) -> list[Run]:
+  """The grid's runs (every cell of one seed, then the next seed's), every config loaded and
+  every --set key checked first: a mistake is one line before anything runs."""
+  from lra.data.tasks import NAMES
+  from models import registry
+  if args.preset not in PRESETS:
+    raise UserError(f"--preset={args.preset!r}: give one of {', '.join(PRESETS)}")
+  tasks = _names(args.tasks, "tasks", list(NAMES))
+  models = _names(args.models, "models", registry.names() + list(ALIASES))
+  sets = [_parse_set(item, tasks + models) for item in args.sets]
+  seeds = _seeds(args.seeds)
+  if seeds != [None] and any(key == "seed" for _, key, _ in sets):
+    raise UserError("--set seed=...: --seeds gives each run its seed; give one of the two")
+  if paths.resolve(args.root).exists() and not paths.resolve(args.root).is_dir():
+    raise UserError(f"--root={args.root} is a file; name a folder for the runs")
+  train, configs = _script_paths()
+  cells = [(task, model, _cell_settings(task, model, args.preset, sets))
+           for task in tasks for model in models]
+  runs = []
+  for seed, (task, model, (steps, mine)) in itertools.product(seeds, cells):
+    mine = mine + ([("seed", str(seed))] if seed is not None else [])
+    expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in mine}}
+    workdir = _workdir(args.root, task, model, args.preset, seed)
+    command = ("python", train, f"--config={configs}/{task}.py:{ALIASES.get(model, (model,))[0]}"
+               f"{PRESETS[args.preset]}", f"--workdir={workdir}",
+               *(f"--config.{k}={v}" for k, v in mine))
+    runs.append(Run(task, model, workdir, command, tuple(expect.items())))
+  return runs
+
+
+def slurm_script(runs: list[Run], invocation: str, root: str) -> str:
+  """A SLURM array script: array task i runs command i (from this directory)."""
+  lines = ["#!/bin/bash", f"# Written by: {invocation}",
+           "# One array task per run. Add your cluster's #SBATCH lines (partition, --gres, "
+           "--time);", "# submit with: sbatch THIS_FILE. A run that is stopped or fails "
+           "resumes when its task", "# runs again (sbatch --array=I THIS_FILE). Afterwards: "
+           f"python eval.py accuracy {shlex.quote(root)} --out={shlex.quote(root + '/table')}",
+           "#SBATCH --job-name=lra-grid",
+           f"#SBATCH --array=0-{len(runs) - 1}", "set -euo pipefail",
+           f"cd {shlex.quote(os.getcwd())}", "RUNS=("]
+  lines += [f"  {shlex.quote(shlex.join(run.command))}" for run in runs]
+  lines += [")", 'eval "${RUNS[$SLURM_ARRAY_TASK_ID]}"']
+  return "\n".join(lines) + "\n"
