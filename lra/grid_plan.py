@@ -1,7 +1,7 @@
-"""The grid's plan for python -m lra.leaderboard: its runs (cells x seeds), their workdirs
-and train.py commands, and the SLURM script of them. Every config is loaded and every --set key
-checked here, so a mistake is one line before anything runs; the running, skipping and the
-table are lra.leaderboard's."""
+"""The grid's plan for python -m lra.leaderboard: its runs (cells x seeds, and the stages of a
+protocol), their workdirs and train.py commands, and the SLURM script of them. Every config is
+loaded and every --set key checked here, so a mistake is one line before anything runs; the
+running, skipping and the table are lra.leaderboard's."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,6 +13,9 @@ import shlex
 from lra import cli, paths
 from lra.errors import UserError
 
+# --protocol: how each cell trains. spt (self-pretraining, Amos et al. 2024): a denoise run on
+# the cell's training inputs, then a run initialised from its encoder (config.init_from).
+PROTOCOLS = ("scratch", "spt")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # train.py, configs/
 PRESETS = {"cpu": ",cpu", "paper": ",paper", "base": ""}
 # Grid names that are another mixer with settings: (registered mixer, --set items).
@@ -26,6 +29,12 @@ class Run:
   workdir: str
   command: tuple[str, ...]     # python train.py ...
   expect: tuple[tuple[str, object], ...]  # recorded config values a finished run must have
+  after: str = ""              # the workdir of the run that must finish first (a pretraining)
+
+  @property
+  def denoise(self) -> bool:
+    """A pretraining stage: its results.json has masked-token figures, no test accuracy."""
+    return dict(self.expect).get("objective") == "denoise"
 
   @property
   def name(self) -> str:
@@ -141,6 +150,11 @@ def plan(args) -> list[Run]:
   seeds = _seeds(args.seeds)
   if seeds != [None] and any(key == "seed" for _, key, _ in sets):
     raise UserError("--set seed=...: --seeds gives each run its seed; give one of the two")
+  if args.protocol not in PROTOCOLS:
+    raise UserError(f"--protocol={args.protocol!r}: give one of {', '.join(PROTOCOLS)}")
+  if args.protocol != "scratch" and any(key in ("objective", "init_from") for _, key, _ in sets):
+    raise UserError(f"--set objective/init_from: --protocol={args.protocol} sets them for each "
+                    f"stage; give one of the two")
   if paths.resolve(args.root).exists() and not paths.resolve(args.root).is_dir():
     raise UserError(f"--root={args.root} is a file; name a folder for the runs")
   train, configs = _script_paths()
@@ -149,25 +163,55 @@ def plan(args) -> list[Run]:
   runs = []
   for seed, (task, model, (steps, mine)) in itertools.product(seeds, cells):
     mine = mine + ([("seed", str(seed))] if seed is not None else [])
-    expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in mine}}
-    workdir = _workdir(args.root, task, model, args.preset, seed)
-    command = ("python", train, f"--config={configs}/{task}.py:{ALIASES.get(model, (model,))[0]}"
-               f"{PRESETS[args.preset]}", f"--workdir={workdir}",
-               *(f"--config.{k}={v}" for k, v in mine))
-    runs.append(Run(task, model, workdir, command, tuple(expect.items())))
+    config = f"--config={configs}/{task}.py:{ALIASES.get(model, (model,))[0]}" + PRESETS[
+        args.preset]
+    for workdir, stage, after in _stages(args.protocol,
+                                         _workdir(args.root, task, model, args.preset, seed)):
+      items = mine + stage
+      expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in items}}
+      command = ("python", train, config, f"--workdir={workdir}",
+                 *(f"--config.{k}={v}" for k, v in items))
+      runs.append(Run(task, model, workdir, command, tuple(expect.items()), after))
   return runs
 
 
+def _stages(protocol: str, workdir: str) -> list[tuple[str, list[tuple[str, str]], str]]:
+  """A cell's stages in order: (workdir, its own --config items, the workdir it waits for)."""
+  if protocol == "scratch":
+    return [(workdir, [], "")]
+  pretrain = workdir + "_pretrain"
+  return [(pretrain, [("objective", "denoise")], ""),
+          (workdir + "_spt", [("init_from", pretrain)], pretrain)]
+
+
+def array_tasks(runs: list[Run]) -> list[list[Run]]:
+  """The runs grouped by array task: a run that waits for the one before it joins its task."""
+  tasks: list[list[Run]] = []
+  for run in runs:
+    if run.after and tasks and tasks[-1][-1].workdir == run.after:
+      tasks[-1].append(run)
+    else:
+      tasks.append([run])
+  return tasks
+
+
 def slurm_script(runs: list[Run], invocation: str, root: str) -> str:
-  """A SLURM array script: array task i runs command i (from this directory)."""
+  """A SLURM array script: array task i runs the commands of task i (from this directory)."""
+  tasks = array_tasks(runs)
+  staged = len(tasks) < len(runs)
   lines = ["#!/bin/bash", f"# Written by: {invocation}",
            "# One array task per run. Add your cluster's #SBATCH lines (partition, --gres, "
            "--time);", "# submit with: sbatch THIS_FILE. A run that is stopped or fails "
            "resumes when its task", "# runs again (sbatch --array=I THIS_FILE). Afterwards: "
-           f"python eval.py accuracy {shlex.quote(root)} --out={shlex.quote(root + '/table')}",
-           "#SBATCH --job-name=lra-grid",
-           f"#SBATCH --array=0-{len(runs) - 1}", "set -euo pipefail",
-           f"cd {shlex.quote(os.getcwd())}", "RUNS=("]
-  lines += [f"  {shlex.quote(shlex.join(run.command))}" for run in runs]
+           f"python eval.py accuracy {shlex.quote(root)} --out={shlex.quote(root + '/table')}"]
+  if staged:  # one task per cell keeps the order without SLURM dependencies between jobs
+    lines[2] = "# One array task per cell, which runs the cell's stages in order (cmd1 && cmd2):"
+    lines.insert(3, "# the fine-tune starts only if its pretraining succeeded. Add your "
+                    "cluster's #SBATCH lines (partition, --gres, --time);")
+  lines += ["#SBATCH --job-name=lra-grid",
+            f"#SBATCH --array=0-{len(tasks) - 1}", "set -euo pipefail",
+            f"cd {shlex.quote(os.getcwd())}", "RUNS=("]
+  lines += [f"  {shlex.quote(' && '.join(shlex.join(run.command) for run in task))}"
+            for task in tasks]
   lines += [")", 'eval "${RUNS[$SLURM_ARRAY_TASK_ID]}"']
   return "\n".join(lines) + "\n"

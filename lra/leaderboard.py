@@ -22,6 +22,10 @@ runs of one task or one model (a key must exist in the config of every run it re
 --seeds=0,1,2: every (task, model) once per seed (`--config.seed=N`; the data keeps its own
 data.seed), all cells of one seed first, in the workdir MODEL[-PRESET]_seedN (seed 0: the name
 without --seeds); the table gives each cell's mean +- std over its seeds.
+--protocol=spt: every cell (and seed) is two runs, in order: a denoise pretraining on its
+training inputs (--config.objective=denoise, workdir MODEL[-PRESET][_seedN]_pretrain), then a
+fine-tune from its encoder (--config.init_from=that workdir, workdir ..._spt), which runs only
+once the pretraining finished; the table lists the fine-tunes as MODEL (SPT) rows.
 --print_commands prints the train.py command of every run and --slurm=FILE writes a SLURM array
 script of them; neither runs anything.
 """
@@ -36,7 +40,7 @@ import time
 
 from lra import config_record, paths
 from lra.errors import UserError, run_command
-from lra.grid_plan import ALIASES, Run, plan, slurm_script
+from lra.grid_plan import ALIASES, Run, array_tasks, plan, slurm_script
 
 def finished(run: Run) -> tuple[dict | None, str]:
   """(its results, "") when `run` can be skipped, else (None, why it runs: "" for a new run).
@@ -49,7 +53,7 @@ def finished(run: Run) -> tuple[dict | None, str]:
     found = json.loads(file.read_text())
   except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
     return None, f"its results.json is unreadable ({type(e).__name__})"
-  why = results.problem(found)
+  why = _pretrain_problem(found) if run.denoise else results.problem(found)
   mixer = ALIASES.get(run.model, (run.model,))[0]
   if why is None and (found["task"], found["model"]) != (run.task, mixer):
     why = f"it is a run of {found['model']} on {found['task']}"
@@ -61,6 +65,25 @@ def finished(run: Run) -> tuple[dict | None, str]:
       return None, (f"its results.json records {key}={recorded.get(key, '(none)')!r}, this "
                     f"grid asks for {value!r}")
   return found, ""
+
+
+def _pretrain_problem(found) -> str | None:
+  """Why a pretraining's results.json is not a finished denoise run (None when it is): it has
+  masked-token figures on validation instead of a test accuracy (lra.training.pretrain)."""
+  if not isinstance(found, dict) or found.get("objective") != "denoise":
+    return "not a denoise run's"
+  if any(key not in found for key in ("task", "model")):
+    return "no task or model field"
+  value = found.get("val_masked_accuracy")
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+    return f"val_masked_accuracy={value!r} is not an accuracy between 0 and 1"
+  return None
+
+
+def _score(found: dict) -> str:
+  if found.get("objective") == "denoise":
+    return f"masked-token accuracy on validation {found['val_masked_accuracy']:.4f}"
+  return f"test accuracy {found['test_accuracy']:.4f}"
 
 
 def _clock(seconds: float) -> str:
@@ -123,20 +146,26 @@ def _say(text: str) -> None:
 
 
 def run_grid(runs: list[Run]) -> tuple[dict, Stop]:
-  """Every run in turn; returns ({"done"|"skipped"|"failed"|"stopped": [(run, text)]}, the
-  Stop)."""
+  """Every run in turn; returns ({"done"|"skipped"|"failed"|"stopped"|"not run": [(run,
+  text)]}, the Stop). A run that waits for another (a fine-tune, its pretraining) is not run
+  when that one failed or was not run."""
   stop, start = Stop(), time.time()
-  outcome = {"done": [], "skipped": [], "failed": [], "stopped": []}
+  outcome = {"done": [], "skipped": [], "failed": [], "stopped": [], "not run": []}
   for i, run in enumerate(runs, 1):
     if stop.signum:
       break
     head = f"[{i}/{len(runs)}] {run.name}"
     left = f"{len(runs) - i} left"
+    if run.after in {r.workdir for r, _ in outcome["failed"] + outcome["not run"]}:
+      text = f"its pretraining {run.after} did not finish"
+      outcome["not run"].append((run, text))
+      _say(f"{head}: not run ({text}); {left}, going on")
+      continue
     found, why = finished(run)
     if found is not None:
       outcome["skipped"].append((run, ""))
-      _say(f"{head}: skipped, finished before (test accuracy "
-           f"{found['test_accuracy']:.4f}); {left}, grid {_clock(time.time() - start)}")
+      _say(f"{head}: skipped, finished before ({_score(found)}); {left}, grid "
+           f"{_clock(time.time() - start)}")
       continue
     resuming = (paths.resolve(run.workdir) / "checkpoints").exists()
     _say(f"{head}: {'resuming' if resuming else 'starting'}{f' ({why})' if why else ''}; "
@@ -147,7 +176,7 @@ def run_grid(runs: list[Run]) -> tuple[dict, Stop]:
     result = finished(run)[0] if code == 0 else None
     if result is not None:
       outcome["done"].append((run, ""))
-      _say(f"{head}: done, test accuracy {result['test_accuracy']:.4f}; {took}; {left}")
+      _say(f"{head}: done, {_score(result)}; {took}; {left}")
     elif stop.signum:
       outcome["stopped"].append((run, last))
       _say(f"{head}: stopped (exit {code}; it resumes when the grid runs again); {took}")
@@ -176,12 +205,15 @@ def write_table(root: str) -> None:
 
 
 def _summary(outcome: dict, total: int, seconds: float) -> None:
-  counts = [f"{len(v)} {k}" for k, v in outcome.items() if v or k != "stopped"]
+  counts = [f"{len(v)} {k}" for k, v in outcome.items()
+            if v or k in ("done", "skipped", "failed")]
   if total > sum(map(len, outcome.values())):
     counts.append(f"{total - sum(map(len, outcome.values()))} not started")
   _say(f"grid: {total} runs: {', '.join(counts)}; {_clock(seconds)}")
   for run, text in outcome["failed"]:
     _say(f"  failed: {run.name} ({text}); to retry: {shlex.join(run.command)}")
+  for run, text in outcome["not run"]:
+    _say(f"  not run: {run.name} ({text})")
 
 
 def _main(args) -> None:
@@ -195,7 +227,9 @@ def _main(args) -> None:
         raise UserError(f"--slurm={args.slurm} is a folder; name the script file to write")
       invocation = shlex.join(["python", "-m", "lra.leaderboard", *args.argv])
       paths.write_text(args.slurm, slurm_script(runs, invocation, args.root))
-      print(f"wrote {args.slurm}: a SLURM array of {len(runs)} runs (sbatch {args.slurm})")
+      tasks = len(array_tasks(runs))
+      what = f"{len(runs)} runs" if tasks == len(runs) else f"{tasks} cells of two stages"
+      print(f"wrote {args.slurm}: a SLURM array of {what} (sbatch {args.slurm})")
     return
   start = time.time()
   outcome, stop = run_grid(runs)
@@ -221,6 +255,8 @@ def parser() -> argparse.ArgumentParser:
                  help="--config.KEY=VALUE for every run (or one task's, one model's runs)")
   p.add_argument("--seeds", metavar="0,1,2",
                  help="run every cell once per seed (config.seed); the table: mean +- std")
+  p.add_argument("--protocol", default="scratch", metavar="scratch|spt",
+                 help="spt: each cell is a denoise pretraining, then a fine-tune from it")
   p.add_argument("--print_commands", action="store_true",
                  help="print one train.py command per run; run nothing")
   p.add_argument("--slurm", metavar="FILE", help="write a SLURM array script; run nothing")

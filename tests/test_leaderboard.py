@@ -276,6 +276,8 @@ TINY = ["--models=transformer", "--tasks=listops", "--preset=cpu"]
     ([*TINY, "--seeds="], "--seeds=''"),
     ([*TINY, "--seeds=0,,1"], "--seeds='0,,1'"),
     ([*TINY, "--seeds=0,1", "--set", "listops:seed=3"], "--seeds gives each run its seed"),
+    ([*TINY, "--protocol=spx"], "--protocol='spx': give one of scratch, spt"),
+    ([*TINY, "--protocol=spt", "--set", "init_from=x"], "--protocol=spt sets them for each"),
 ])
 def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, args, words):
   with pytest.raises(SystemExit) as exit_info:
@@ -299,3 +301,127 @@ def test_bad_input_from_the_command_line(tmp_path):
   assert proc.returncode == 1 and proc.stdout == ""
   assert proc.stderr.splitlines() == [proc.stderr.strip()] and "'performr'" in proc.stderr
   assert "performer" in proc.stderr  # the valid names are listed
+
+
+SPT = ["--models=transformer", "--tasks=listops", "--preset=cpu", "--protocol=spt"]
+
+
+def _spt_runs(root) -> list:
+  return [root / "listops" / "transformer-cpu_pretrain", root / "listops" / "transformer-cpu_spt"]
+
+
+def test_spt_grid_pretrains_then_fine_tunes_and_the_table_has_the_spt_row(tmp_path, cache):
+  root = tmp_path / "grid"
+  args = [*SPT, f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",))]
+  first = _leaderboard(*args)
+  assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+  lines = _progress(first.stdout)
+  assert [l.split(": ")[0] for l in lines] == [
+      "[1/2] listops/transformer-cpu_pretrain"] * 2 + ["[2/2] listops/transformer-cpu_spt"] * 2
+  assert ": done, masked-token accuracy on validation " in lines[1], lines
+  assert ": done, test accuracy " in lines[3], lines
+  pretrain, spt = [json.loads((run / "results.json").read_text()) for run in _spt_runs(root)]
+  assert pretrain["objective"] == "denoise" and "test_accuracy" not in pretrain
+  assert spt["config"]["init_from"] == str(_spt_runs(root)[0])
+  assert spt["init"]["objective"] == "denoise"
+  assert set(_table_cells(root)) == {("transformer_spt", "listops")}  # no pretraining row
+  assert "(SPT)" in (root / "table" / "accuracy.md").read_text()
+
+  again = _leaderboard(*args)  # both stages finished: nothing trains
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert [l.split(": ")[1].split(" (")[0] for l in _progress(again.stdout)] == [
+      "skipped, finished before"] * 2
+  assert "grid: 2 runs: 0 done, 2 skipped, 0 failed; " in again.stdout
+
+
+@pytest.mark.slow  # three training runs
+def test_spt_grid_killed_in_the_fine_tune_skips_the_pretraining_and_resumes(tmp_path, cache):
+  root = tmp_path / "grid"
+  # The fine-tune saves every step, so it is killed between two of its checkpoints.
+  args = [*SPT, f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)),
+          "--set", "num_train_steps=6", "--set", "checkpoint_every=1"]
+  pretrain, spt = _spt_runs(root)
+  resumed, lines = _kill_and_resume(args, pretrain, spt)
+  assert lines[0].startswith("[1/2] listops/transformer-cpu_pretrain: skipped, finished before "
+                             "(masked-token accuracy on validation "), lines
+  assert lines[1].startswith("[2/2] listops/transformer-cpu_spt: resuming;"), lines
+  assert "Resuming from the checkpoint at step " in resumed.stdout
+  assert "grid: 2 runs: 1 done, 1 skipped, 0 failed; " in resumed.stdout
+  assert json.loads((spt / "results.json").read_text())["num_train_steps"] == 6
+  assert set(_table_cells(root)) == {("transformer_spt", "listops")}
+
+
+def test_a_failed_pretraining_leaves_its_fine_tune_not_run(tmp_path, monkeypatch, capsys):
+  args = leaderboard.parser().parse_args([*SPT, f"--root={tmp_path}", "--seeds=0,1"])
+  runs = leaderboard.plan(args)
+  started = []
+
+  def execute(run, stop):  # seed 0's pretraining fails, the rest succeed without training
+    del stop
+    started.append(run.name)
+    return (1, "error: boom") if run is runs[0] else (0, "")
+  monkeypatch.setattr(leaderboard, "execute", execute)
+  monkeypatch.setattr(leaderboard, "finished",
+                      lambda run: ({"test_accuracy": 0.5}, "") if run.name in started[1:]
+                      else (None, ""))
+  outcome, _ = leaderboard.run_grid(runs)
+  assert started == ["listops/transformer-cpu_pretrain", "listops/transformer-cpu_seed1_pretrain",
+                     "listops/transformer-cpu_seed1_spt"]
+  assert outcome["not run"] == [(runs[1], f"its pretraining {runs[0].workdir} did not finish")]
+  leaderboard._summary(outcome, len(runs), 1.0)
+  out = capsys.readouterr().out
+  assert f"[2/4] listops/transformer-cpu_spt: not run (its pretraining {runs[0].workdir} " in out
+  assert "grid: 4 runs: 2 done, 0 skipped, 1 failed, 1 not run; " in out
+
+
+def test_a_finished_denoise_run_is_a_finished_pretraining(tmp_path):
+  pretrain, spt = leaderboard.plan(leaderboard.parser().parse_args([*SPT, f"--root={tmp_path}"]))
+  assert pretrain.denoise and not spt.denoise and spt.after == pretrain.workdir
+  os.makedirs(pretrain.workdir)
+  record = {"task": "listops", "model": "transformer", "objective": "denoise",
+            "val_masked_accuracy": 0.25, "config": dict(pretrain.expect)}
+  (tmp_path / "listops" / "transformer-cpu_pretrain" / "results.json").write_text(
+      json.dumps(record))
+  assert leaderboard.finished(pretrain) == (record, "")
+  record["config"]["objective"] = "classify"  # a classification run in that folder
+  (tmp_path / "listops" / "transformer-cpu_pretrain" / "results.json").write_text(
+      json.dumps({**record, "objective": "classify", "test_accuracy": 0.5}))
+  assert leaderboard.finished(pretrain)[1].startswith("its results.json is not valid (not a "
+                                                      "denoise run's")
+
+
+def test_spt_commands_and_slurm_script_run_the_stages_in_order(tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(ROOT)
+  args = [*SPT[:2], "--tasks=listops,pathfinder", "--preset=cpu", "--protocol=spt",
+          "--root=runs/grid"]
+  leaderboard.main([*args, "--print_commands"])
+  lines = capsys.readouterr().out.splitlines()
+  assert [shlex.split(line)[3:] for line in lines] == [
+      ["--workdir=runs/grid/listops/transformer-cpu_pretrain", "--config.objective=denoise"],
+      ["--workdir=runs/grid/listops/transformer-cpu_spt",
+       "--config.init_from=runs/grid/listops/transformer-cpu_pretrain"],
+      ["--workdir=runs/grid/pathfinder/transformer-cpu_pretrain", "--config.objective=denoise"],
+      ["--workdir=runs/grid/pathfinder/transformer-cpu_spt",
+       "--config.init_from=runs/grid/pathfinder/transformer-cpu_pretrain"]]
+  script = tmp_path / "grid.sbatch"
+  leaderboard.main([*args, f"--slurm={script}"])
+  assert "a SLURM array of 2 cells of two stages" in capsys.readouterr().out
+  text = script.read_text()
+  assert "#SBATCH --array=0-1\n" in text and "the fine-tune starts only if its pretraining" in text
+  # A `python` that prints its arguments, and fails (exit 3) where FAIL names its argument.
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  (bin_dir / "python").write_text('#!/bin/sh\nprintf \'%s\\n\' "$@"\n'
+                                  'case "$*" in *"$FAIL"*) exit 3;; esac\n')
+  (bin_dir / "python").chmod(stat.S_IRWXU)
+
+  def task(index: int, fail: str):
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "SLURM_ARRAY_TASK_ID": str(index), "FAIL": fail}
+    return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                          cwd=tmp_path)
+  ran = task(1, "no such argument")
+  assert ran.returncode == 0, ran.stderr
+  assert ran.stdout.splitlines() == shlex.split(lines[2])[1:] + shlex.split(lines[3])[1:]
+  ran = task(1, "objective=denoise")  # the pretraining fails: no fine-tune, the task fails
+  assert ran.returncode == 3 and ran.stdout.splitlines() == shlex.split(lines[2])[1:]
