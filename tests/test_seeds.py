@@ -5,6 +5,7 @@ import csv
 import importlib
 import json
 import math
+import pathlib
 
 import pytest
 from PIL import Image
@@ -145,3 +146,19 @@ def test_the_bubble_chart_draws_the_spread_over_seeds(tmp_path, monkeypatch):
              for n in chart["notes"])
   with Image.open(tmp_path / "out" / "bubble.png") as png:
     assert png.format == "PNG" and png.size[0] > 400
+
+
+def test_self_pretrained_seeds_from_their_own_pretrainings_are_pooled(tmp_path):
+  """Each seed of an SPT cell starts from its own seed's pretraining (init_from differs):
+  pooled by the objective they start from; a run from scratch stays apart."""
+  for seed, test in ((0, 0.50), (1, 0.46)):
+    workdir = _result(tmp_path / "runs", f"spt{seed}", "listops", test, 0.5,
+                      _config("listops", seed=seed, init_from=f"/runs/pretrain{seed}"))
+    record = json.loads((pathlib.Path(workdir) / "results.json").read_text())
+    record["init"] = {"workdir": f"/runs/pretrain{seed}", "objective": "denoise"}
+    (pathlib.Path(workdir) / "results.json").write_text(json.dumps(record))
+  found, _ = _collect(tmp_path / "runs")
+  assert len(found) == 1 and [s["seed"] for s in found[0]["seeds"]] == [0, 1]
+  _result(tmp_path / "runs", "scratch2", "listops", 0.44, 0.5, _config("listops", seed=2))
+  found, _ = _collect(tmp_path / "runs")
+  assert max(len(r.get("seeds") or []) for r in found) == 2  # scratch is not pooled in

@@ -30,9 +30,13 @@ def _identity(result: dict) -> str | None:
   steps they ran). None for a run that recorded no seed: it is never pooled."""
   if seed_of(result) is None:
     return None
-  config = {k: v for k, v in config_record.flat(result["config"]).items() if k != "seed"}
+  # Each seed of a self-pretrained cell starts from its own seed's pretraining (init_from
+  # differs by construction): what they share is the objective they were initialised from.
+  config = {k: v for k, v in config_record.flat(result["config"]).items()
+            if k not in ("seed", "init_from")}
+  init = (result.get("init") or {}).get("objective")
   return json.dumps([comparable.data_key(result), config, result.get("num_train_steps"),
-                     result.get("stopped_early"), result.get("config_changes")],
+                     result.get("stopped_early"), result.get("config_changes"), init],
                     sort_keys=True, default=str)
 
 
