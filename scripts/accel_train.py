@@ -229,10 +229,8 @@ def _result(cell: Cell, workdir: str, process: dict | None, since: float | None)
          "paper_test_accuracy": cell.paper, "workdir": workdir}
   if process:
     out.update(process)
-  results_path = os.path.join(workdir, "results.json")
-  if os.path.exists(results_path):
-    with open(results_path, encoding="utf-8") as f:
-      res = json.load(f)
+  res = _results(workdir)
+  if res is not None:
     steps = res["num_train_steps"]
     planned = res.get("planned_num_train_steps", steps)
     out.update(status="finished", test_accuracy=100 * res["test_accuracy"],
@@ -244,7 +242,8 @@ def _result(cell: Cell, workdir: str, process: dict | None, since: float | None)
                counts={k: res.get(f"{k}_count") for k in ("train", "val", "test")},
                hardware=res.get("hardware"),
                dtype=(res.get("config") or {}).get("model", {}).get("dtype"),
-               this_run=since is not None and os.path.getmtime(results_path) >= since)
+               this_run=since is not None and os.path.getmtime(
+                   os.path.join(workdir, "results.json")) >= since)
     if cell.paper is not None:
       out["difference_to_paper"] = round(out["test_accuracy"] - cell.paper, 2)
   out["progress"] = _progress(workdir)
