@@ -323,3 +323,9 @@ def test_denoise_runs_are_not_results_and_spt_runs_have_their_own_row(tmp_path):
   assert "| Transformer (SPT) |" in text and paper.SPT_NOTE in text
   assert paper.model_order(["local", "transformer_spt", "zz", "transformer"]) == [
       "transformer", "transformer_spt", "local", "zz"]
+
+
+def test_amos_table2_row_agrees_with_its_printed_mean():
+  row = paper.SPT_MASKED_ROTARY
+  assert tuple(row) == paper.TASKS
+  assert round(sum(row.values()) / len(row), 2) == paper.SPT_MEANS["transformer"][1]
