@@ -18,11 +18,15 @@ setup(
         "Programming Language :: Python :: 3",
         "Programming Language :: Python :: 3.11",
     ],
-    # Every package, with its subpackages: configs.published holds the state-space papers'
-    # tables, and models/*.py must ship as source (the registry reads the mixers with ast).
-    packages=find_packages(include=["lra", "lra.*", "models", "models.*", "configs",
-                                    "configs.*"]),
-    py_modules=["train"],
+    # Every package, with its subpackages, under the one name lra: the repository's models/ and
+    # configs/ folders install as lra.models and lra.configs (configs.published holds the
+    # state-space papers' tables; models/*.py must ship as source: the registry reads the mixers
+    # with ast). No top-level models, configs or train module reaches site-packages.
+    packages=find_packages(include=["lra", "lra.*"]) + [
+        f"lra.{name}" for name in find_packages(include=["models", "models.*", "configs",
+                                                         "configs.*"])],
+    package_dir={"lra.models": "models", "lra.configs": "configs"},
+    entry_points={"console_scripts": ["lra-train = lra.train:run", "lra-eval = lra.eval:main"]},
     install_requires=[
         "jax>=0.10.2",
         "jaxlib>=0.10.2",

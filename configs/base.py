@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import ml_collections
 
-from configs import table
+from lra.configs import table
 from lra.errors import UserError
 from lra.training import options
-from models import registry, settings
+from lra.models import registry, settings
 
 OPTIONS = ("cpu", "paper")
 

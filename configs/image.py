@@ -11,7 +11,7 @@ Usage: --config=configs/image.py:MODEL[,cpu][,paper]
   cpu:     a 1-layer model, batch 8, 60 steps: a smoke run (needs the prepared data).
 Data: python -m lra.data image --data_dir=data/image --cifar=PATH/cifar-10-binary.tar.gz
 """
-from configs import base
+from lra.configs import base
 
 
 def get_config(arg=None):

@@ -6,7 +6,7 @@ Usage: --config=configs/listops.py:MODEL[,cpu][,paper]
   cpu:     smaller generated data (10 < length < 100, depth <= 5) and a small model; a few
            minutes on a 2-core CPU.
 """
-from configs import base
+from lra.configs import base
 from lra.data import listops as listops_data
 
 

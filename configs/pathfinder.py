@@ -13,7 +13,7 @@ Usage: --config=configs/pathfinder.py:MODEL[,cpu][,paper]
            minutes (full attention over 1,024 tokens runs about 1 step/s on 2 CPU cores at
            this size; learning Pathfinder takes a GPU).
 """
-from configs import base
+from lra.configs import base
 
 
 def pathfinder_config(model: str, options: set, size: int) -> base.ml_collections.ConfigDict:

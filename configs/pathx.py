@@ -7,8 +7,8 @@ Usage: --config=configs/pathx.py:MODEL[,cpu][,paper]
   cpu:     40 generated images, a tiny model, batch 1, 3 steps: a smoke run (full attention
            over 16K tokens is 1 GB of scores per head and example).
 """
-from configs import base
-from configs.pathfinder import pathfinder_config
+from lra.configs import base
+from lra.configs.pathfinder import pathfinder_config
 
 
 def get_config(arg=None):

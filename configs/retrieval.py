@@ -9,7 +9,7 @@ Usage: --config=configs/retrieval.py:MODEL[,cpu][,paper]
   cpu:     512 tokens per document, a small model, 200 steps (needs the prepared release).
 Data: python -m lra.data retrieval --data_dir=data/retrieval --release_dir=PATH/tsv_data
 """
-from configs import base
+from lra.configs import base
 
 
 def get_config(arg=None):

@@ -10,8 +10,8 @@ defaults stay in its module; the state-space papers' own tables are in configs/p
 """
 from __future__ import annotations
 
-from configs import published
-from models import registry
+from lra.configs import published
+from lra.models import registry
 
 _SIZE_KEYS = ("num_layers", "emb_dim", "qkv_dim", "mlp_dim", "num_heads")
 

@@ -8,7 +8,7 @@ Usage: --config=configs/text.py:MODEL[,cpu][,paper]
   cpu:     512 tokens, a small model, 200 steps (still needs the real data, prepared once).
 Data: python -m lra.data text --data_dir=data/text --imdb_tar=PATH/aclImdb_v1.tar.gz
 """
-from configs import base
+from lra.configs import base
 
 
 def get_config(arg=None):

@@ -10,13 +10,13 @@ import json
 import os
 import shlex
 
-from lra import cli, paths
+from lra import INSTALLED, PACKAGE_ROOT, cli, paths
 from lra.errors import UserError
 
 # --protocol: how each cell trains. spt (self-pretraining, Amos et al. 2024): a denoise run on
 # the cell's training inputs, then a run initialised from its encoder (config.init_from).
 PROTOCOLS = ("scratch", "spt")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # train.py, configs/
+REPO = PACKAGE_ROOT  # configs/ (and train.py in a checkout)
 PRESETS = {"cpu": ",cpu", "paper": ",paper", "base": ""}
 # Grid names that are another mixer with settings: (registered mixer, --set items).
 ALIASES = {"transformer_chunked": ("transformer", ("model.attention.implementation=chunked",))}
@@ -86,19 +86,22 @@ def _has_key(config, key: str) -> bool:
 
 def _config(task: str, model: str, preset: str):
   """The run's config, loaded as train.py loads it (no JAX): a bad one is one line now."""
-  from configs import task_config
+  from lra.configs import task_config
   try:
     return task_config(task).get_config(model + PRESETS[preset])
   except UserError as e:  # a model's SettingError included
     raise UserError(f"{task} config of {model} ({preset}): {e}") from None
 
 
-def _script_paths() -> tuple[str, str]:
+def _script_paths() -> tuple[tuple[str, ...], str]:
   """train.py and configs/ as the commands name them: relative where this process runs in
-  the repository (the printed commands then read as the README's), else absolute."""
-  here = os.path.exists(REPO) and os.path.samefile(os.getcwd(), REPO)
-  return ("train.py", "configs") if here else (os.path.join(REPO, "train.py"),
-                                               os.path.join(REPO, "configs"))
+  the repository (the printed commands then read as the README's), else absolute; an installed
+  package (no checkout) runs `python -m lra.train`."""
+  if INSTALLED:
+    return ("-m", "lra.train"), os.path.join(REPO, "configs")
+  here = os.path.samefile(os.getcwd(), REPO)
+  return (("train.py",), "configs") if here else ((os.path.join(REPO, "train.py"),),
+                                                  os.path.join(REPO, "configs"))
 
 
 def _workdir(root: str, task: str, model: str, preset: str, seed: int | None) -> str:
@@ -141,7 +144,7 @@ def plan(args) -> list[Run]:
   """The grid's runs (every cell of one seed, then the next seed's), every config loaded and
   every --set key checked first: a mistake is one line before anything runs."""
   from lra.data.tasks import NAMES
-  from models import registry
+  from lra.models import registry
   if args.preset not in PRESETS:
     raise UserError(f"--preset={args.preset!r}: give one of {', '.join(PRESETS)}")
   tasks = _names(args.tasks, "tasks", list(NAMES))
@@ -169,7 +172,7 @@ def plan(args) -> list[Run]:
                                          _workdir(args.root, task, model, args.preset, seed)):
       items = mine + stage
       expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in items}}
-      command = ("python", train, config, f"--workdir={workdir}",
+      command = ("python", *train, config, f"--workdir={workdir}",
                  *(f"--config.{k}={v}" for k, v in items))
       runs.append(Run(task, model, workdir, command, tuple(expect.items()), after))
   return runs

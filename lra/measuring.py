@@ -17,7 +17,7 @@ import sys
 import traceback
 from typing import Any
 
-from configs import table, text
+from lra.configs import table, text
 from lra import cli
 from lra.reporting import benchmark
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from configs import task_config
+from lra.configs import task_config
 from lra import config_record
 from lra.errors import UserError
 

@@ -6,7 +6,7 @@ load models/encoder.py (and Flax) on first use.
 """
 import importlib
 
-from models import registry
+from lra.models import registry
 
 _ENCODER_NAMES = ("Classifier", "Denoiser", "DualClassifier", "Encoder", "build")
 __all__ = [*_ENCODER_NAMES, "registry"]
@@ -14,5 +14,5 @@ __all__ = [*_ENCODER_NAMES, "registry"]
 
 def __getattr__(name: str):
   if name in _ENCODER_NAMES:
-    return getattr(importlib.import_module("models.encoder"), name)
+    return getattr(importlib.import_module(f"{__name__}.encoder"), name)
   raise AttributeError(f"module 'models' has no attribute {name!r}")

@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import settings as s
-from models.blocked import attend, gather_blocks, pad_to_blocks, to_blocks
-from models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
-from models.registry import register
+from lra.models import settings as s
+from lra.models.blocked import attend, gather_blocks, pad_to_blocks, to_blocks
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
+from lra.models.registry import register
 
 MODES = ("itc", "etc")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from models.common import masked_softmax
+from lra.models.common import masked_softmax
 
 
 def pad_to_blocks(x_BxLx___, block: int, value=0):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from models.common import MASK_VALUE, dropout_weights
+from lra.models.common import MASK_VALUE, dropout_weights
 
 # Logit of the keys that only fill the last chunk: exp(FILL - MASK_VALUE) == 0 in float32, so
 # these keys get no weight even in a row whose real keys are all masked.

@@ -8,9 +8,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry, reversible
-from models import settings as s
-from models.settings import NORMS, POOLINGS, POSITIONS, EncoderConfig
+from lra.models import registry, reversible
+from lra.models import settings as s
+from lra.models.settings import NORMS, POOLINGS, POSITIONS, EncoderConfig
 
 PAIR_FEATURES = ("uvpd", "uv")  # [u, v, u*v, u-v] (the paper) or [u, v] (the code shipped)
 # BatchNorm's running averages: new = 0.9 old + 0.1 batch (PyTorch's default, as S4's runs used).

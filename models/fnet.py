@@ -36,9 +36,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import settings as s
-from models.common import Mixer
-from models.registry import register
+from lra.models import settings as s
+from lra.models.common import Mixer
+from lra.models.registry import register
 
 
 def _dft_cos_sin(n: int):

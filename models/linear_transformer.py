@@ -11,9 +11,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import settings as s
-from models.common import HeadsMixer, OutputProjection, QKVProjection
-from models.registry import register
+from lra.models import settings as s
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
+from lra.models.registry import register
 
 
 def feature_map(x):

@@ -15,9 +15,9 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from models import settings as s
-from models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
-from models.registry import register
+from lra.models import settings as s
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
+from lra.models.registry import register
 
 SHARINGS = ("none", "kv", "layer")
 

@@ -11,10 +11,10 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from models import settings as s
-from models.blocked import attend, gather_blocks, padded_blocks
-from models.common import HeadsMixer, OutputProjection, QKVProjection
-from models.registry import register
+from lra.models import settings as s
+from lra.models.blocked import attend, gather_blocks, padded_blocks
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
+from lra.models.registry import register
 
 
 @register("local")

@@ -43,9 +43,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import settings as s
-from models.registry import register
-from models.ssm import SSMMixer, as_complex, glu, masked_input, project_in, recurrence_out
+from lra.models import settings as s
+from lra.models.registry import register
+from lra.models.ssm import SSMMixer, as_complex, glu, masked_input, project_in, recurrence_out
 
 # Smallest uniform draw for the ring: u = 0 would put |Lambda| exactly at r_min = 0, where
 # nu_log = +inf and its gradient is NaN.

@@ -47,9 +47,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import settings as s
-from models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
-from models.registry import register
+from lra.models import settings as s
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
+from lra.models.registry import register
 
 _HIGHEST = jax.lax.Precision.HIGHEST
 

@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import settings as s
-from models.common import HeadsMixer, OutputProjection, QKVProjection
-from models.registry import register
+from lra.models import settings as s
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
+from lra.models.registry import register
 
 KERNELS = ("softmax", "relu")
 # Normalisers at or below this are replaced by 1: a row whose features all vanish (ReLU, or

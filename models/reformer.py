@@ -40,9 +40,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import settings as s
-from models.common import HeadsMixer, MASK_VALUE, OutputProjection, dropout_weights, head_projection
-from models.registry import register
+from lra.models import settings as s
+from lra.models.common import HeadsMixer, MASK_VALUE, OutputProjection, dropout_weights, head_projection
+from lra.models.registry import register
 
 # Logit given to a query's own key. Far below any real logit, so self gets weight ~exp(-1e5)
 # whenever another key is allowed, yet far above MASK_VALUE (-1e9, padded or excluded keys), so

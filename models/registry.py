@@ -18,7 +18,7 @@ import importlib
 import pathlib
 from typing import Any, Callable, Mapping
 
-from models.settings import SettingError
+from lra.models.settings import SettingError
 
 _MIXERS: dict[str, type] = {}  # the classes imported so far, by name
 _MODELS_DIR = pathlib.Path(__file__).parent
@@ -36,7 +36,7 @@ def register(name: str) -> Callable[[type], type]:
     if name in _MIXERS:
       raise ValueError(f"mixer {name!r} registered twice")
     static = _index().get(name)
-    if static and cls.__module__ != f"models.{static[0]}":
+    if static and cls.__module__ != f"lra.models.{static[0]}":
       raise ValueError(f"mixer {name!r} is already models/{static[0]}.py's")
     _MIXERS[name] = cls
     return cls
@@ -97,10 +97,10 @@ def _base_location(module: str, base: ast.expr) -> tuple[str, str] | None:
   for node in _tree(module).body:
     if isinstance(node, ast.ClassDef) and node.name == base.id:
       return module, base.id
-    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("models."):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lra.models."):
       for alias in node.names:
         if (alias.asname or alias.name) == base.id:
-          return node.module.split(".", 1)[1], alias.name
+          return node.module.rsplit(".", 1)[1], alias.name
   raise ValueError(f"models/{module}.py: base class {base.id} is neither defined in models/ "
                    "nor a library class; the registry cannot read its fields")
 
@@ -188,7 +188,7 @@ def names() -> list[str]:
 def get(name: str) -> type:
   """The mixer class `name`, importing its module on first use."""
   if name not in _MIXERS and name in _index():
-    importlib.import_module(f"models.{_index()[name][0]}")  # its decorator registers it
+    importlib.import_module(f"lra.models.{_index()[name][0]}")  # its decorator registers it
   if name not in _MIXERS:
     raise SettingError(f"config.model.name={name!r} is not a model; valid models: "
                        f"{', '.join(names())}")

@@ -45,9 +45,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import settings as s
-from models.registry import register
-from models.ssm import SSMMixer, as_complex, log_uniform, masked_input
+from lra.models import settings as s
+from lra.models.registry import register
+from lra.models.ssm import SSMMixer, as_complex, log_uniform, masked_input
 
 INITS = ("lin", "inv")
 

@@ -17,10 +17,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import settings as s
-from models.blocked import padded_blocks
-from models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
-from models.registry import register
+from lra.models import settings as s
+from lra.models.blocked import padded_blocks
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
+from lra.models.registry import register
 
 # A sorted key whose permuted mask weight is at or below this is treated as fully padded.
 _TINY = 1e-30

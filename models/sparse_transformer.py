@@ -18,10 +18,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import settings as s
-from models.blocked import attend, pad_to_blocks, to_blocks
-from models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
-from models.registry import register
+from lra.models import settings as s
+from lra.models.blocked import attend, pad_to_blocks, to_blocks
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
+from lra.models.registry import register
 
 PATTERNS = ("fixed", "strided")
 COMBINES = ("heads", "interleave", "merged")

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import settings as s
-from models.common import Mixer
+from lra.models import settings as s
+from lra.models.common import Mixer
 
 
 class SSMMixer(Mixer):

@@ -23,9 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import settings as s
-from models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
-from models.registry import register
+from lra.models import settings as s
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
+from lra.models.registry import register
 
 MODES = ("dense", "random", "factorized_dense", "factorized_random")
 

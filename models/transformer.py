@@ -5,10 +5,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from models import settings as s
-from models.chunked_attention import chunked_attention
-from models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
-from models.registry import register
+from lra.models import settings as s
+from lra.models.chunked_attention import chunked_attention
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
+from lra.models.registry import register
 
 IMPLEMENTATIONS = ("dense", "chunked", "cudnn", "auto")
 

@@ -44,11 +44,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import settings as s
-from models.blocked import pad_to_blocks, to_blocks
-from models.common import (HeadsMixer, MASK_VALUE, OutputProjection, QKVProjection,
+from lra.models import settings as s
+from lra.models.blocked import pad_to_blocks, to_blocks
+from lra.models.common import (HeadsMixer, MASK_VALUE, OutputProjection, QKVProjection,
                            masked_softmax)
-from models.registry import register
+from lra.models.registry import register
 
 _BIAS_INIT = nn.initializers.normal(stddev=0.02)  # the paper's code: init_std 0.02
 

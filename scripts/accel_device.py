@@ -147,9 +147,9 @@ def _inputs(dry_run: bool, length: int):
 def _implementations(dry_run: bool) -> dict:
   """name -> f(q, k, v, mask) -> BxLxHxK, the Transformer's implementations of attention."""
   import jax.numpy as jnp
-  from models.chunked_attention import chunked_attention
-  from models.common import softmax_attention
-  from models.transformer import cudnn_attention
+  from lra.models.chunked_attention import chunked_attention
+  from lra.models.common import softmax_attention
+  from lra.models.transformer import cudnn_attention
   chunk = 32 if dry_run else 256  # several chunks, and a last chunk that is not full
   chunked = lambda q, k, v, m: chunked_attention(q, k, v, m, query_chunk=chunk,
                                                  key_chunk=chunk)
@@ -311,7 +311,7 @@ def model_check(dry_run: bool, steps: int = 3) -> dict:
   import jax
   import numpy as np
   import jax.flatten_util  # noqa: F401  (jax.flatten_util.ravel_pytree)
-  from configs import listops as listops_config
+  from lra.configs import listops as listops_config
   from lra.data import listops, tasks
   fused = "cudnn" if jax.default_backend() == "gpu" else "chunked"
   length, batch = (76, 4) if dry_run else (2000, 8)

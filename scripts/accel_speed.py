@@ -33,7 +33,7 @@ def settings(dry_run: bool) -> dict:
   base size, bfloat16."""
   if dry_run:
     return dict(DRY)
-  from models import registry
+  from lra.models import registry
   names = registry.names()
   order = [m for m in (*PAPER_SPEED, *PAPER_MODELS) if m in names]
   order = list(dict.fromkeys(order)) + sorted(set(names) - set(order))

@@ -30,7 +30,7 @@ def config_of(spec: str, sets: dict):
   from lra.reporting import benchmark
   if task not in tasks.NAMES:
     raise UserError(f"--config={spec}: unknown task {task!r}; valid: {', '.join(tasks.NAMES)}")
-  config = importlib.import_module(f"configs.{task}").get_config(arg or None)
+  config = importlib.import_module(f"lra.configs.{task}").get_config(arg or None)
   benchmark.override(config, sets, root="config")  # an unknown key: one line naming the valid
   return config
 

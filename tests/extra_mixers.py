@@ -1,8 +1,8 @@
 """Mixers registered only for the eval.py tests (imported with `eval.py speed --import`)."""
 import flax.linen as nn
 
-from models import registry
-from models.common import HeadsMixer
+from lra.models import registry
+from lra.models.common import HeadsMixer
 
 
 @registry.register("test_identity")

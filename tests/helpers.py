@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
+from lra.models import registry
 
 # Tiny settings per mixer (config.model.attention), the one table the contract test and
 # tiny_model() read. Block, chunk and segment sizes are 4 and projection sizes small, so the

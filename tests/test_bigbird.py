@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from models import bigbird, registry, transformer
-from models.settings import SettingError
+from lra.models import bigbird, registry, transformer
+from lra.models.settings import SettingError
 from tests.helpers import array_shapes, projected_attention, random_mask
 
 

@@ -156,7 +156,7 @@ def test_resuming_with_another_model_size_is_refused(listops_dir, tmp_path):
 # A mixer with a shape bug: [B, L, D] @ [B, L, D] contracts D with L.
 BROKEN_MIXER = """\
 import flax.linen as nn
-from models import registry
+from lra.models import registry
 
 
 @registry.register("test_broken")

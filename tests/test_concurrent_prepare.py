@@ -18,7 +18,7 @@ LINGER_S = 0.3  # a writer sleeps this long before writing, so all three find th
 
 
 def _listops_config(data_dir):
-  from configs import listops as listops_config
+  from lra.configs import listops as listops_config
   config = listops_config.get_config("transformer")
   d = config.data
   d.data_dir, d.max_len, d.workers, d.seed = data_dir, 32, 1, 3
@@ -28,7 +28,7 @@ def _listops_config(data_dir):
 
 
 def _pathfinder_config(data_dir):
-  from configs import pathfinder as pathfinder_config
+  from lra.configs import pathfinder as pathfinder_config
   config = pathfinder_config.get_config("transformer")
   d = config.data
   d.data_dir, d.size, d.level, d.num_images, d.workers, d.seed = data_dir, 32, "easy", 30, 1, 2

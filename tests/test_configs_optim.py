@@ -6,11 +6,11 @@ import sys
 import numpy as np
 import pytest
 
-from configs import base, listops, table, task_config
+from lra.configs import base, listops, table, task_config
 from lra.training import optim
 from lra.data import tasks
 from lra.errors import UserError
-from models import registry
+from lra.models import registry
 
 TASKS = {name: task_config(name) for name in tasks.NAMES}
 
@@ -53,10 +53,11 @@ def test_cosine_schedule_warms_up_then_decays_to_zero():
 
 def test_loading_a_config_does_not_import_jax():
   """Config errors fail fast: loading and building a config touches no JAX, no mixer module."""
-  code = ("import sys; from configs import listops, pathx; "
+  code = ("import sys; from lra.configs import listops, pathx; "
           "listops.get_config('transformer_xl,cpu'); pathx.get_config('s5'); "
           "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'flax') "
-          "or m.startswith('models.') and m not in ('models.registry', 'models.settings')); "
+          "or m.startswith('lra.models.') and m not in ('lra.models.registry', "
+          "'lra.models.settings')); "
           "print(loaded); assert not loaded")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
@@ -86,7 +87,7 @@ def test_every_model_setting_of_the_table_reaches_every_task(task):
 def test_transformer_xl_pools_without_a_cls_token():
   """MEAN pooling with a CLS token would average the CLS vector in (the drift this fixed)."""
   import jax
-  import models
+  from lra import models
   c = listops.get_config("transformer_xl,cpu")
   assert (c.model.pooling, c.model.use_cls, c.model.positions) == ("MEAN", False, "none")
   net = models.build(c.model.to_dict(), vocab_size=20, num_classes=10, max_len=16, pair=False)

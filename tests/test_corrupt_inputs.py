@@ -250,7 +250,7 @@ DAMAGES = {
 
 @pytest.mark.parametrize("damage", DAMAGES)
 def test_damaged_prepared_file_is_one_line_with_the_command(tmp_path, monkeypatch, damage):
-  from configs import image as image_config
+  from lra.configs import image as image_config
   split, field, spoil, what = DAMAGES[damage]
   data_dir = _prepared_image(tmp_path, monkeypatch)
   config = image_config.get_config("transformer,cpu")
@@ -274,7 +274,7 @@ def test_prepared_fields_stay_memory_mapped(tmp_path):
 
 
 def test_text_labels_of_zero_bytes_is_one_line(tmp_path, tiny_release_counts):
-  from configs import text as text_config
+  from lra.configs import text as text_config
   path = _imdb(tmp_path / "aclImdb_v1.tar.gz")
   command.main(["text", f"--imdb_tar={path}", f"--data_dir={tmp_path / 'text'}"])
   open(store.path(str(tmp_path / "text"), "train", "labels"), "wb").close()

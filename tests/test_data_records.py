@@ -79,7 +79,7 @@ def test_pathfinder_release_images_in_the_generator_folder_are_kept(tmp_path):
   Image.fromarray(np.full((32, 32), 7, np.uint8)).save(level_dir / "imgs" / "0" / "sample_0.png")
   (level_dir / "metadata" / "0.npy").write_text("imgs/0 sample_0.png 0 1\n")
   before = {p: p.read_bytes() for p in level_dir.rglob("*") if p.is_file()}
-  from configs import pathfinder as pathfinder_config
+  from lra.configs import pathfinder as pathfinder_config
   config = pathfinder_config.get_config("transformer,cpu")
   config.data.data_dir, config.data.num_images, config.data.workers = str(tmp_path / "pf"), 20, 1
   message = _one_line_error(tasks.load, config)
@@ -160,7 +160,7 @@ def test_listops_generator_json_of_older_runs_counts_as_a_record(listops_dir, tm
 def test_pathfinder_other_size_or_number_of_images_is_refused(tmp_path):
   data_dir = tmp_path / "pf"
   command.main(["pathfinder", f"--data_dir={data_dir}", "--num_images=20", "--workers=1"])
-  from configs import pathfinder as pathfinder_config
+  from lra.configs import pathfinder as pathfinder_config
   config = pathfinder_config.get_config("transformer,cpu")
   config.data.data_dir, config.data.num_images, config.data.workers = str(data_dir), 20, 1
   assert tasks.load(config).data["record"]["settings"]["num_images"] == 20
@@ -191,7 +191,7 @@ def test_text_prepared_shorter_is_refused_and_longer_is_cut(tmp_path, monkeypatc
   data_dir = tmp_path / "text"
   command.main(["text", f"--imdb_tar={tmp_path / 'aclImdb_v1.tar.gz'}",
                 f"--data_dir={data_dir}", "--max_len=64"])
-  from configs import text as text_config
+  from lra.configs import text as text_config
   config = text_config.get_config("transformer,cpu")  # max_len 512
   config.data.data_dir = str(data_dir)
   message = _one_line_error(tasks.load, config)
@@ -212,7 +212,7 @@ def test_retrieval_prepared_shorter_is_refused(tmp_path):
   for name in retrieval.SPLIT_FILES.values():
     (release / name).write_text("".join(f"{i % 2}.0\ta\tb\tpaper {i}\tcited\n" for i in range(4)))
   retrieval.prepare(str(release), str(tmp_path / "out"), max_len=48, progress=False)
-  from configs import retrieval as retrieval_config
+  from lra.configs import retrieval as retrieval_config
   config = retrieval_config.get_config("transformer,cpu")
   config.data.data_dir, config.data.max_len = str(tmp_path / "out"), 64
   message = _one_line_error(tasks.load, config)
@@ -231,7 +231,7 @@ def test_prepared_folder_without_a_record_is_not_trusted(tmp_path):
   for split in ("train", "test"):
     store.write_split(str(tmp_path), split, {"inputs": np.ones((4, 64), np.uint16),
                                              "labels": np.array([0, 1, 0, 1], np.int32)})
-  from configs import text as text_config
+  from lra.configs import text as text_config
   config = text_config.get_config("transformer,cpu")
   config.data.data_dir = str(tmp_path)
   message = _one_line_error(tasks.load, config)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from flax.training import train_state
 
-import models
+from lra import models
 from lra.data import tasks
 from lra.training import checkpoint, steps, trainer
-from models import encoder, registry
-from models.settings import EncoderConfig, SettingError
+from lra.models import encoder, registry
+from lra.models.settings import EncoderConfig, SettingError
 from tests import helpers
 from tests.helpers import layer_norm, perturb, run_once as _run
 

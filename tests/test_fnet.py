@@ -4,11 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.fnet  # noqa: F401  (registers "fnet")
-from models import registry
-from models.fnet import FourierMixer
-from models.settings import SettingError
+from lra import models
+import lra.models.fnet  # noqa: F401  (registers "fnet")
+from lra.models import registry
+from lra.models.fnet import FourierMixer
+from lra.models.settings import SettingError
 from tests.helpers import padded_inputs, run_once as _run
 
 LENGTH, DIM = 7, 6

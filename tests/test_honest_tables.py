@@ -16,7 +16,7 @@ EVAL = importlib.import_module("eval")
 
 
 def _config(task: str, arg: str, **changes) -> dict:
-  config = json.loads(json.dumps(importlib.import_module(f"configs.{task}").get_config(
+  config = json.loads(json.dumps(importlib.import_module(f"lra.configs.{task}").get_config(
       arg).to_dict()))
   config.update(changes)
   return config

@@ -11,7 +11,9 @@ GRAPH_PACKAGES = ("lra", "models", "configs")
 
 
 def _module_name(path: pathlib.Path) -> str:
+  """The name it is imported by: models/ and configs/ are lra.models and lra.configs."""
   parts = list(path.relative_to(ROOT).with_suffix("").parts)
+  parts = ["lra", *parts] if parts[0] in ("models", "configs") else parts
   return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -22,7 +24,7 @@ def _modules(packages) -> dict[str, pathlib.Path]:
 
 def _imported(node: ast.AST, module: str, is_package: bool, prefixes: bool = False) -> list[str]:
   """The dotted names an import statement (or importlib.import_module call) names; with
-  `prefixes`, also the fixed start of a computed name (f"configs.{task}" -> configs)."""
+  `prefixes`, also the fixed start of a computed name (f"lra.configs.{task}" -> lra.configs)."""
   if isinstance(node, ast.Import):
     return [alias.name for alias in node.names]
   if isinstance(node, ast.ImportFrom):
@@ -39,7 +41,7 @@ def _imported(node: ast.AST, module: str, is_package: bool, prefixes: bool = Fal
       return [first.value]
     if prefixes and isinstance(first, ast.JoinedStr) and first.values and \
         isinstance(first.values[0], ast.Constant):
-      return [str(first.values[0].value).rstrip(".")]  # f"configs.{task}" -> configs
+      return [str(first.values[0].value).rstrip(".")]  # f"lra.configs.{t}" -> lra.configs
   return []
 
 
@@ -52,7 +54,7 @@ def test_the_library_never_imports_configs():
       continue
     for node in ast.walk(ast.parse(path.read_text())):
       for target in _imported(node, name, path.name == "__init__.py", prefixes=True):
-        if target == "configs" or target.startswith("configs."):
+        if target == "lra.configs" or target.startswith("lra.configs."):
           found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
   assert not found, "the library imports configs/: " + "; ".join(found)
 
@@ -124,6 +126,20 @@ def test_models_and_tasks_keep_their_sides():
   graph = _graph()
   assert not graph["lra.errors"] & set(graph), graph["lra.errors"]
   found = [f"{m} imports {t}" for m, targets in graph.items() for t in targets
-           if (m.startswith("models") and t.startswith("lra") and t != "lra.errors")
-           or (m.startswith("lra.data") and t.startswith("models"))]
+           if (m.startswith("lra.models") and not t.startswith("lra.models")
+               and t != "lra.errors")
+           or (m.startswith("lra.data") and t.startswith("lra.models"))]
+  assert not found, "; ".join(found)
+
+
+def test_nothing_imports_a_top_level_models_or_configs():
+  """The project imports its own folders only as lra.models / lra.configs (a user's own
+  `models` package must never be taken for ours, nor ours for theirs): in the library, the
+  commands, the tests and the scripts, in functions and import_module calls included."""
+  files = [p for folder in ("lra", "models", "configs", "tests", "scripts")
+           for p in sorted((ROOT / folder).rglob("*.py"))] + [ROOT / "train.py", ROOT / "eval.py"]
+  found = [f"{p.relative_to(ROOT)}:{node.lineno} imports {t}" for p in files
+           for node in ast.walk(ast.parse(p.read_text()))
+           for t in _imported(node, "", False, prefixes=True)
+           if t.split(".")[0] in ("models", "configs", "train")]
   assert not found, "; ".join(found)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from lra import leaderboard
-from models import registry
+from lra.models import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = ["--models=transformer,linear_transformer", "--tasks=listops,pathfinder", "--preset=cpu"]

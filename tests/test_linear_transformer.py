@@ -3,8 +3,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from models import registry
-from models.linear_transformer import LinearTransformerAttention
+from lra.models import registry
+from lra.models.linear_transformer import LinearTransformerAttention
 from tests.helpers import padded_inputs, run_once as _run
 
 HEADS, DIM = 2, 8

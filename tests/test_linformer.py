@@ -4,11 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.linformer  # noqa: F401  (registers "linformer")
-from models import registry, transformer
-from models.linformer import LinformerAttention
-from models.settings import SettingError
+from lra import models
+import lra.models.linformer  # noqa: F401  (registers "linformer")
+from lra.models import registry, transformer
+from lra.models.linformer import LinformerAttention
+from lra.models.settings import SettingError
 from tests.helpers import padded_inputs, run_once as _run
 
 HEADS, DIM, LENGTH = 2, 8, 6

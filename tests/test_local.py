@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.local  # registers "local" even before models/__init__ imports it
-from models import registry, transformer
+from lra import models
+import lra.models.local  # registers "local" even before models/__init__ imports it
+from lra.models import registry, transformer
 from tests.helpers import projected_attention, random_mask
 
 

@@ -4,11 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.longformer  # noqa: F401  (registers "longformer")
-from models import registry, transformer
-from models.longformer import LongformerAttention
-from models.settings import SettingError
+from lra import models
+import lra.models.longformer  # noqa: F401  (registers "longformer")
+from lra.models import registry, transformer
+from lra.models.longformer import LongformerAttention
+from lra.models.settings import SettingError
 from tests.helpers import array_shapes, masked_softmax_attention, random_mask
 
 HEADS, QKV, DIM = 2, 8, 12

@@ -5,11 +5,11 @@ import numpy as np
 import optax
 import pytest
 
-import models
-import models.lru  # noqa: F401  (registers "lru")
-from models import registry
-from models.lru import LRU, magnitude_and_phase
-from models.settings import SettingError
+from lra import models
+import lra.models.lru  # noqa: F401  (registers "lru")
+from lra.models import registry
+from lra.models.lru import LRU, magnitude_and_phase
+from lra.models.settings import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

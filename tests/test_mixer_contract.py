@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-from models import registry
-from models.settings import SettingError
+from lra import models
+from lra.models import registry
+from lra.models.settings import SettingError
 from tests import helpers
 
 HEADS, QKV, WIDTH = 2, 8, 8

@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-from configs import base, image, listops
-from models import common, encoder, registry, transformer
-from models import settings as s
-from models.settings import EncoderConfig, SettingError
+from lra import models
+from lra.configs import base, image, listops
+from lra.models import common, encoder, registry, transformer
+from lra.models import settings as s
+from lra.models.settings import EncoderConfig, SettingError
 from tests import helpers
 from tests.helpers import projected_attention, random_mask
 
@@ -165,14 +165,14 @@ def test_registry_reads_models_without_importing_jax():
 
 def test_registry_reads_mixer_constants_without_importing_the_mixer():
   """ENCODER_SETTINGS and SETTINGS_WHEN come from the source: no mixer module, no JAX."""
-  code = ("import sys, models.registry as r; "
+  code = ("import sys, lra.models.registry as r; "
           "assert r.encoder_settings('s5') == dict(positions='none', pooling='MEAN', "
           "use_cls=False); "
           "assert r.encoder_settings('transformer') == {}; "
           "assert r.settings_when('sparse_transformer', dict(num_heads=1)) == "
           "dict(combine='merged'); "
           "assert r.settings_when('sparse_transformer', dict(num_heads=2)) == {}; "
-          "loaded = [m for m in sys.modules if m in ('models.s5', 'models.sparse_transformer') "
+          "loaded = [m for m in sys.modules if m in ('lra.models.s5', 'lra.models.sparse_transformer') "
           "or m.split('.')[0] in ('jax', 'flax')]; "
           "assert not loaded, loaded")
   subprocess.run([sys.executable, "-c", code], check=True, cwd=_ROOT)
@@ -223,7 +223,7 @@ def test_configs_and_tiny_models_take_a_mixers_needs_from_the_mixer():
   tree = ast.parse((_ROOT / "tests" / "helpers.py").read_text())
   imported = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
   imported += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
-  assert not [m for m in imported if m.split(".")[0] == "configs"], imported
+  assert not [m for m in imported if m.startswith("lra.configs")], imported
   # One head cannot hold two Sparse Transformer patterns: such configs merge them.
   one_head, heads = image.get_config("sparse_transformer"), listops.get_config("sparse_transformer")
   assert (one_head.model.num_heads, one_head.model.attention.combine) == (1, "merged")

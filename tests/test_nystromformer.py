@@ -4,12 +4,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.nystromformer  # noqa: F401  (registers "nystromformer")
-from models import common, registry, transformer
-from models.nystromformer import (NystromAttention, depthwise_conv, iterative_pinv,
+from lra import models
+import lra.models.nystromformer  # noqa: F401  (registers "nystromformer")
+from lra.models import common, registry, transformer
+from lra.models.nystromformer import (NystromAttention, depthwise_conv, iterative_pinv,
                                   nystrom_attention)
-from models.settings import SettingError
+from lra.models.settings import SettingError
 from tests.helpers import (array_shapes, masked_softmax_attention, noise_where_padded,
                            run_once as _run)
 

@@ -4,11 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import models
-import models.s4d  # noqa: F401  (registers "s4d")
-from configs import listops
+from lra import models
+import lra.models.s4d  # noqa: F401  (registers "s4d")
+from lra.configs import listops
 from lra.training import optim
-from models.s4d import S4D
+from lra.models.s4d import S4D
 
 
 def _config(model="s4d", **kw):

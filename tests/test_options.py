@@ -3,11 +3,11 @@ the config checks refuse, what a resume may change and what the paper comparison
 import ml_collections
 import pytest
 
-from configs import base, listops
+from lra.configs import base, listops
 from lra.errors import UserError
 from lra.reporting import comparable
 from lra.training import config_checks, optim, options, workdir
-from models import settings
+from lra.models import settings
 
 NOT_TRAINER = ("task", "data", "model")  # the other top-level fields of configs/base.py
 # The flags as they were before the table (workdir.OBSERVING, comparable._IGNORED), written

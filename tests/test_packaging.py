@@ -84,7 +84,7 @@ def test_lower_bounds_are_the_tested_pins():
 
 _OUTSIDE = textwrap.dedent("""
     import sys
-    import configs, models
+    from lra import configs, models
     from lra.data import tasks
     for name in tasks.NAMES:
       for model in ("transformer", "s4d"):  # s4d reads configs/published
@@ -100,9 +100,11 @@ _OUTSIDE = textwrap.dedent("""
     assert logits.shape == (2, 10), logits.shape
     # Everything of the project came from the installed wheel, nothing from the checkout.
     outside = sorted(f"{name}: {module.__file__}" for name, module in sys.modules.items()
-                     if name.split(".")[0] in ("lra", "models", "configs", "train")
+                     if name.split(".")[0] == "lra"
                      and not module.__file__.startswith(sys.argv[1]))
     assert not outside, outside
+    import models  # the folder's own package, beside ours
+    assert models.MINE and "lra.models" in sys.modules
     print("wheel ok", len(names))
 """)
 
@@ -130,15 +132,28 @@ def test_wheel_works_outside_the_checkout(tmp_path):
   assert build.returncode == 0, build.stdout + build.stderr
   (wheel,) = wheels.glob("lra-*.whl")
   shipped = set(zipfile.ZipFile(wheel).namelist())
-  sources = {path.relative_to(ROOT).as_posix() for package in PACKAGES
-             for path in (ROOT / package).rglob("*.py")}
+  sources = {("" if package == "lra" else "lra/") + path.relative_to(ROOT).as_posix()
+             for package in PACKAGES for path in (ROOT / package).rglob("*.py")}
   assert sources - shipped == set(), "sources missing from the wheel"
+  # One installed namespace: models/ and configs/ only as lra.models and lra.configs.
+  top = {name.split("/")[0] for name in shipped if ".dist-info" not in name.split("/")[0]}
+  assert top == {"lra"}, top
   install = subprocess.run(
       [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
        "--target", str(target), str(wheel)], capture_output=True, text=True, cwd=tmp_path)
   assert install.returncode == 0, install.stdout + install.stderr
   env = {**os.environ, "PYTHONPATH": str(target), "JAX_PLATFORMS": "cpu"}
+  # A researcher's folder with its own models/ package: theirs and ours stay apart.
+  (elsewhere / "models").mkdir()
+  (elsewhere / "models" / "__init__.py").write_text("MINE = True\n")
   run = subprocess.run([sys.executable, "-c", _OUTSIDE, str(target)], capture_output=True,
                        text=True, cwd=elsewhere, env=env, timeout=300)
   assert run.returncode == 0, run.stdout + run.stderr
   assert "wheel ok 17" in run.stdout
+  # python -m lra.train from that folder finds configs/ in the package: the config loads (its
+  # model name is then refused in one line).
+  train = subprocess.run([sys.executable, "-m", "lra.train", "--config=configs/listops.py:nope",
+                          "--workdir=w"], capture_output=True, text=True, cwd=elsewhere,
+                         env=env, timeout=300)
+  assert train.returncode != 0 and "'nope' is not a model" in train.stderr, train.stderr
+  assert len(train.stderr.strip().splitlines()) == 1, train.stderr

@@ -7,10 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.performer  # registers "performer" even before models/__init__ imports it
-from models import registry, transformer
-from models.performer import (PerformerAttention, favor_attention, positive_features,
+from lra import models
+import lra.models.performer  # registers "performer" even before models/__init__ imports it
+from lra.models import registry, transformer
+from lra.models.performer import (PerformerAttention, favor_attention, positive_features,
                                random_features)
 from tests.helpers import masked_softmax_attention, random_mask, run_once as _run
 

@@ -11,12 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
+from lra import models
 from lra.data import tasks
 from lra.errors import UserError
 from lra.reporting import accuracy, markdown, paper, results
 from lra.training import checkpoint, initialise, pretrain, steps, trainer
-from models.settings import EncoderConfig
+from lra.models.settings import EncoderConfig
 from tests.test_cli import ROOT, TINY, _error_line, _run
 from tests.tiny import tiny_config
 

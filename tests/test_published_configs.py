@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-import models
-from configs import listops, pathx, published, task_config
+from lra import models
+from lra.configs import listops, pathx, published, task_config
 from lra.data import tasks
-from models import registry
-from models.settings import EncoderConfig
+from lra.models import registry
+from lra.models.settings import EncoderConfig
 
 TASKS = {name: task_config(name) for name in tasks.NAMES}
 
@@ -21,7 +21,7 @@ def _with_table():
   found = []
   for name in published.MODELS:
     try:
-      importlib.import_module(f"models.{name}")  # registers it (the s5/lru files may not exist)
+      importlib.import_module(f"lra.models.{name}")  # registers it (the s5/lru files may not exist)
     except ModuleNotFoundError:
       continue
     if published.has_table(name):

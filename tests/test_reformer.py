@@ -4,11 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.reformer  # noqa: F401  (registers "reformer")
-from models import registry
-from models.reformer import ReformerAttention, hash_buckets, lsh_attention, random_rotations
-from models.settings import SettingError
+from lra import models
+import lra.models.reformer  # noqa: F401  (registers "reformer")
+from lra.models import registry
+from lra.models.reformer import ReformerAttention, hash_buckets, lsh_attention, random_rotations
+from lra.models.settings import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

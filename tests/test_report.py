@@ -26,7 +26,7 @@ def _write_run(root, name: str, model: str, task: str, test: float, val: float,
   run.mkdir(parents=True)
   if full and model in paper.PAPER_ACCURACY:
     config = json.loads(json.dumps(
-        importlib.import_module(f"configs.{task}").get_config(model).to_dict()))
+        importlib.import_module(f"lra.configs.{task}").get_config(model).to_dict()))
     count = tasks.FACTS[task].test_size
   else:
     config = {"task": task, "batch_size": 32, "num_train_steps": 2000,

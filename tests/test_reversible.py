@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.linformer  # noqa: F401  (registers "linformer")
-import models.local  # noqa: F401  (registers "local")
-from models import registry, reversible
-from models.settings import EncoderConfig, SettingError
+from lra import models
+import lra.models.linformer  # noqa: F401  (registers "linformer")
+import lra.models.local  # noqa: F401  (registers "local")
+from lra.models import registry, reversible
+from lra.models.settings import EncoderConfig, SettingError
 from tests import helpers
 from tests.helpers import layer_norm, run_once as _run
 

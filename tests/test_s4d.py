@@ -7,13 +7,13 @@ import numpy as np
 import optax
 import pytest
 
-import models
-import models.s4d  # noqa: F401  (registers "s4d")
-from configs import listops
+from lra import models
+import lra.models.s4d  # noqa: F401  (registers "s4d")
+from lra.configs import listops
 from lra.training import optim
-from models import registry
-from models.s4d import S4D, ssm_kernel
-from models.settings import SettingError
+from lra.models import registry
+from lra.models.s4d import S4D, ssm_kernel
+from lra.models.settings import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

@@ -6,11 +6,11 @@ import optax
 import pytest
 import scipy.linalg
 
-import models
-import models.s5  # noqa: F401  (registers "s5")
-from models import registry
-from models.s5 import S5, discretize, eigenbasis, hippo_n, hippo_n_eigen
-from models.settings import SettingError
+from lra import models
+import lra.models.s5  # noqa: F401  (registers "s5")
+from lra.models import registry
+from lra.models.s5 import S5, discretize, eigenbasis, hippo_n, hippo_n_eigen
+from lra.models.settings import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

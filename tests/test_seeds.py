@@ -21,7 +21,7 @@ FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 def _config(task: str, model: str = "transformer", **changes) -> dict:
   """The task config's base option for `model` as results.json records it (paper-comparable)."""
   config = json.loads(json.dumps(
-      importlib.import_module(f"configs.{task}").get_config(model).to_dict()))
+      importlib.import_module(f"lra.configs.{task}").get_config(model).to_dict()))
   for key, value in changes.items():  # "model.dtype" reaches into the nested dicts
     *parents, last = key.split(".")
     node = config

@@ -4,10 +4,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models.sinkhorn  # noqa: F401  (registers "sinkhorn")
-from models import registry
-from models.sinkhorn import SinkhornAttention, sinkhorn, sorted_block_attention
-from models.settings import SettingError
+import lra.models.sinkhorn  # noqa: F401  (registers "sinkhorn")
+from lra.models import registry
+from lra.models.sinkhorn import SinkhornAttention, sinkhorn, sorted_block_attention
+from lra.models.settings import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

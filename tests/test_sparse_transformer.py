@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.sparse_transformer  # noqa: F401  (registers "sparse_transformer")
-from models import registry, transformer
-from models.sparse_transformer import SparseTransformerAttention
-from models.settings import SettingError
+from lra import models
+import lra.models.sparse_transformer  # noqa: F401  (registers "sparse_transformer")
+from lra.models import registry, transformer
+from lra.models.sparse_transformer import SparseTransformerAttention
+from lra.models.settings import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

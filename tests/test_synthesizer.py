@@ -4,11 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.synthesizer  # noqa: F401  (registers "synthesizer")
-from models import registry, transformer
-from models.synthesizer import MODES, SynthesizerAttention
-from models.settings import SettingError
+from lra import models
+import lra.models.synthesizer  # noqa: F401  (registers "synthesizer")
+from lra.models import registry, transformer
+from lra.models.synthesizer import MODES, SynthesizerAttention
+from lra.models.settings import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

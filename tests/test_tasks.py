@@ -48,7 +48,7 @@ def test_retrieval_prepared_pairs_and_training(tmp_path):
   _write_aan(release)
   command.main(["retrieval", f"--release_dir={release}", f"--data_dir={prepared}",
              "--max_len=64"])
-  from configs import retrieval
+  from lra.configs import retrieval
   config = _tiny(retrieval.get_config("transformer"))
   config.data.data_dir, config.data.max_len = str(prepared), 64
   task = tasks.load(config)
@@ -74,7 +74,7 @@ def test_retrieval_malformed_line_names_file_and_line(tmp_path):
 
 
 def test_missing_prepared_data_gives_the_command(tmp_path):
-  from configs import retrieval, text
+  from lra.configs import retrieval, text
   for module, command in ((retrieval, "python -m lra.data retrieval"),
                           (text, "python -m lra.data text")):
     config = module.get_config("transformer")
@@ -144,7 +144,7 @@ def test_text_from_raw_tar_heldout_and_original_validation(tmp_path, monkeypatch
         sentiment = ("neg", "pos")[i % 2]
         _add(tar, f"aclImdb/{split}/{sentiment}/{i}_1.txt", f"review {i} {sentiment}".encode())
   command.main(["text", f"--imdb_tar={tar_path}", f"--data_dir={tmp_path / 'text'}"])
-  from configs import text
+  from lra.configs import text
   config = _tiny(text.get_config("transformer,cpu"))
   config.data.data_dir = str(tmp_path / "text")
   task = tasks.load(config)
@@ -174,7 +174,7 @@ def test_image_from_raw_cifar_splits_and_black_pixels(tmp_path, monkeypatch):
       b"".join(bytes([l]) + im.transpose(2, 0, 1).tobytes()
                for l, im in zip([1, 2, 3, 4, 5, 6], test_images)))
   command.main(["image", f"--cifar={folder}", f"--data_dir={tmp_path / 'image'}"])
-  from configs import image
+  from lra.configs import image
   from lra.data.image import rgb_to_gray
   config = _tiny(image.get_config("transformer,cpu"))
   config.data.data_dir = str(tmp_path / "image")
@@ -196,7 +196,7 @@ def test_image_from_raw_cifar_splits_and_black_pixels(tmp_path, monkeypatch):
 
 def test_generated_pathfinder_trains(tmp_path):
   command.main(["pathfinder", f"--data_dir={tmp_path / 'pf'}", "--num_images=40", "--workers=1"])
-  from configs import pathfinder as pathfinder_config
+  from lra.configs import pathfinder as pathfinder_config
   config = _tiny(pathfinder_config.get_config("transformer,cpu"))
   config.data.data_dir, config.data.generate_if_missing = str(tmp_path / "pf"), False
   config.data.num_images = 40  # as generated (the data record is compared with the config)
@@ -207,7 +207,7 @@ def test_generated_pathfinder_trains(tmp_path):
 
 
 def test_missing_pathfinder_gives_the_command(tmp_path):
-  from configs import pathx
+  from lra.configs import pathx
   config = pathx.get_config("transformer")
   config.data.data_dir, config.data.generate_if_missing = str(tmp_path), False
   with pytest.raises(UserError, match="python -m lra.data pathfinder .*--size=128"):
@@ -217,7 +217,7 @@ def test_missing_pathfinder_gives_the_command(tmp_path):
 @pytest.mark.slow
 def test_pathx_cpu_config_generates_and_trains(tmp_path):
   """The CPU smoke config end to end: 16,384 tokens of full attention, batch 1."""
-  from configs import pathx
+  from lra.configs import pathx
   config = pathx.get_config("transformer,cpu")
   config.data.data_dir, config.progress = str(tmp_path / "px"), False
   results = _train(config, tmp_path / "run")

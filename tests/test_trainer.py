@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
+from lra import models
 
 from lra.data import batches, tasks
 from lra.training import optim, steps, trainer
@@ -116,7 +116,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(listops_dir, tmp_p
 
 def test_quick_config_loss_goes_down(listops_dir, tmp_path):
   """The README's CPU config (its model and optimiser) on the tiny data."""
-  from configs import listops
+  from lra.configs import listops
   config = listops.get_config("transformer,cpu")
   config.data.data_dir, config.data.generate_if_missing, config.data.max_len = listops_dir, False, 40
   config.num_train_steps, config.log_every, config.progress = 120, 20, False

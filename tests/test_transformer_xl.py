@@ -7,13 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import models
-import models.transformer_xl  # noqa: F401  (registers "transformer_xl")
-from models import registry
-from models.common import MASK_VALUE
-from models.encoder import MLP
-from models.transformer_xl import TransformerXLAttention
-from models.settings import SettingError
+from lra import models
+import lra.models.transformer_xl  # noqa: F401  (registers "transformer_xl")
+from lra.models import registry
+from lra.models.common import MASK_VALUE
+from lra.models.encoder import MLP
+from lra.models.transformer_xl import TransformerXLAttention
+from lra.models.settings import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

@@ -1,6 +1,6 @@
 """A tiny ListOps run for tests, for any mixer: seconds per run on a CPU."""
-from configs import listops
-from models import registry
+from lra.configs import listops
+from lra.models import registry
 from tests import helpers
 
 

@@ -7,8 +7,8 @@ import jax
 
 from lra.errors import UserError
 from lra.training import options, profiling
-from models import registry
-from models import settings as s
+from lra.models import registry
+from lra.models import settings as s
 
 # The trainer's rules are in lra/training/options.py; these data settings are set by each task
 # config, so their rules stay here beside their one use.

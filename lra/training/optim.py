@@ -9,7 +9,7 @@ import optax
 
 from lra.errors import UserError
 from lra.training.options import SCHEDULES  # declared without JAX, for configs
-from models import registry
+from lra.models import registry
 
 SSM, OTHER, FROZEN = "ssm", "other", "frozen"  # parameter groups (FROZEN: not trained)
 

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from typing import Any
 
-from models import settings as s
+from lra.models import settings as s
 
 SCHEDULES = ("rsqrt", "cosine", "constant")  # lra.training.optim builds each one
 OBJECTIVES = ("classify", "denoise")  # lra.training.steps and lra.training.pretrain

@@ -16,7 +16,7 @@ from flax.training import train_state
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-import models
+from lra import models
 from lra import config_record, hardware, paths
 from lra.data import batches, tasks
 from lra.errors import UserError

@@ -1,0 +1,214 @@
+"""The accuracy, speed and memory tables, and the charts.
+
+  python eval.py accuracy runs/ [--speed=eval_out/speed.json] [--out=eval_out]
+  python eval.py speed [--models=transformer] [--lengths=1024,2048,3072,4096] [--batch=32]
+                       [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
+                       [--set KEY=VALUE ...]
+
+`accuracy` reads the results.json of finished runs (a folder of many runs will do) and writes
+accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json). `speed` measures the real
+train step of every model at every length, each in a fresh process, and writes
+speed.{md,csv,json} and scaling.png. `--set` overrides any config.model field for every model
+(after the size flags; values are Python literals), e.g. `--set reversible=True --set
+num_layers=12`, or a mixer setting as `--set attention.NAME=VALUE`.
+"""
+import argparse
+import json
+import sys
+
+from lra import cli, measuring, paths
+from lra.errors import UserError, run_command
+from lra.references import paper_configs
+from lra.reporting import accuracy, files, markdown, results, speed
+from lra.reporting.paper import TASKS
+
+
+def _read_speed(path: str) -> dict:
+  """A speed.json written by `eval.py speed`; a missing or malformed one is a user error."""
+  remake = "remake it with `python eval.py speed ...`"
+  try:
+    data = json.loads(paths.resolve(path).read_text())
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise UserError(f"--speed={path}: cannot read a speed.json ({e})") from None
+  if not isinstance(data, dict) or not {"machine", "rows"} <= set(data):
+    raise UserError(f"--speed={path}: not a speed.json (no 'machine' and 'rows')")
+  if not isinstance(data["machine"], dict) or not isinstance(data["rows"], list):
+    raise UserError(f"--speed={path}: 'machine' must be an object and 'rows' a list; {remake}")
+  for i, row in enumerate(data["rows"]):
+    missing = [k for k in ("model", "length", "status")
+               if not isinstance(row, dict) or k not in row]
+    if missing:
+      raise UserError(f"--speed={path}: row {i} has no {missing[0]!r} field; {remake}")
+    if not isinstance(row["length"], int) or row["length"] < 1:
+      raise UserError(f"--speed={path}: row {i} has length {row['length']!r}, not a positive "
+                      f"integer; {remake}")
+  return data
+
+
+def _writable_folder(out: str) -> None:
+  """--out must be a folder (or not exist yet): checked before anything is measured."""
+  folder = paths.resolve(out)
+  if folder.exists() and not folder.is_dir():
+    raise UserError(f"--out={out} is a file, not a folder; name a folder for the tables")
+
+
+def _accuracy(args) -> None:
+  from lra.reporting import charts
+  _writable_folder(args.out)
+  for path in args.runs:  # a typo must not silently leave a folder of runs out
+    if not paths.resolve(path).exists():
+      raise UserError(f"{path}: no such run directory or folder; nothing written")
+  measured = _read_speed(args.speed) if args.speed else None  # before anything is written
+  warnings: list[str] = []
+  found = results.collect_results(args.runs, warnings, references=paper_configs)
+  for w in warnings:
+    print(f"warning: {w}", file=sys.stderr)
+  if not found:
+    raise UserError(f"no finished run with a valid results.json under {', '.join(args.runs)}; "
+                    f"nothing written (earlier tables in {args.out} are kept)")
+  table, text = accuracy.write_tables(found, args.out, paper_configs)
+  print(text)
+  if measured is not None:
+    _bubble(charts, paths.resolve(args.out) / "bubble.png", table, found, measured, args.average)
+  print(f"wrote {args.out}/accuracy.{{md,csv,json}}")
+
+
+def _bubble(charts, path, table: dict, found: list[dict], measured: dict, average: str) -> None:
+  tables = speed.speed_tables(measured["rows"])
+  if average in TASKS:  # a single task's accuracy, while the averages are missing
+    for row in table["rows"]:
+      row[average] = row["cells"][average]["ours"]
+  scores, steps, memory, length = speed.bubble_inputs(table, tables, average)
+  what = f"{average} test" if average in TASKS else "average"
+  note = speed.size_note(measured["machine"], found, length)
+  marked = frozenset(row["model"] for row in table["rows"]
+                     if (row["cells"][average]["not_comparable"] if average in TASKS
+                         else not row[f"{average}_comparable"]))
+  charts.bubble_chart(path, scores, steps, memory,
+                      f"accuracy ({average}) vs speed at {length} tokens; "
+                      f"{measured['machine'].get('device_kind', '?')}",
+                      ylabel=f"{what} accuracy (%)",
+                      baseline=accuracy.guessing_baseline(table, average),
+                      notes=(note,) if note else (), marked=marked,
+                      spread=accuracy.spread(table, average))  # error bars over seeds
+  print(f"wrote {path}")
+
+
+def _positive(args, names: tuple[str, ...]) -> None:
+  for name in names:
+    value = getattr(args, name)
+    if not value > 0:
+      raise UserError(f"--{name}={value} must be positive")
+
+
+def _lengths(text: str) -> list[int]:
+  try:
+    lengths = [int(x) for x in text.split(",")]
+  except ValueError:
+    lengths = []
+  if not lengths or min(lengths) < 1 or len(set(lengths)) < len(lengths):
+    raise UserError(f"--lengths={text}: give distinct positive token counts, e.g. "
+                    f"--lengths=1024,2048")
+  return lengths
+
+
+def _check_models(models: list[str], lengths: list[int], batch: int, size: dict, dtype: str,
+                  sets: dict, imports: list[str]) -> None:
+  """Builds every (model, length) config as the measuring process will (no JAX device is
+  touched): a bad name or setting is one line before anything is measured."""
+  import importlib
+  from lra import models as model_lib
+  from lra.data.tasks import FACTS
+  for module in imports:
+    try:
+      importlib.import_module(module)
+    except ModuleNotFoundError as e:
+      raise UserError(f"--import={module}: {e}") from None
+  text = FACTS["text"]  # the measured task
+  for model in models:
+    for length in lengths:
+      try:
+        config = measuring.measured_config(model, length, batch, size, dtype, sets)
+        model_lib.build(config.model.to_dict(), vocab_size=text.vocab_size,
+                        num_classes=text.num_classes, max_len=length, pair=text.pair)
+      except UserError as e:  # a model's SettingError included
+        raise UserError(f"model {model} at length {length} (size flags and --set): {e}; "
+                        f"nothing measured") from None
+
+
+def _speed(args) -> None:
+  from lra.reporting import charts
+  from lra.models import registry
+  _writable_folder(args.out)
+  _positive(args, ("batch", "repeats", "timeout", *measuring.TEXT_BASE_SIZE))
+  models = [m.strip() for m in args.models.split(",")] if args.models else registry.names()
+  if not all(models) or len(set(models)) < len(models):
+    raise UserError(f"--models={args.models}: give distinct model names, comma separated")
+  lengths = _lengths(args.lengths)
+  size = {k: getattr(args, k) for k in measuring.TEXT_BASE_SIZE}
+  sets = cli.parse_sets(args.sets)
+  _check_models(models, lengths, args.batch, size, args.dtype, sets, args.imports)
+  machine = measuring.machine_in_fresh_process(args.dtype)
+  machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype)
+  print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "
+        f"{machine['matmul_peak_flops_per_s'] / 1e9:.0f} GFLOP/s ({args.dtype})", flush=True)
+  rows = []
+  for model in models:
+    for length in lengths:
+      row = measuring.run_in_fresh_process(model, length, args.batch, size, args.dtype,
+                                           args.repeats, args.timeout, tuple(args.imports),
+                                           tuple(args.sets))
+      row["matmul_peak_flops_per_s"] = machine["matmul_peak_flops_per_s"]
+      rows.append(row)
+      shown = (f"{row['steps_per_s']:.3f} steps/s" if row["status"] == "ok" else row["status"])
+      print(f"  {model} @ {length}: {shown}", flush=True)
+  out = paths.resolve(args.out)  # a local folder or a URL such as gs://bucket/eval
+  text = markdown.speed_markdown(speed.speed_tables(rows), machine)
+  # Each file whole, written only now that every row is in; a full or read-only disk is one
+  # line (run_command).
+  files.write_json(out / "speed.json", {"machine": machine, "rows": rows})
+  files.write_csv(out / "speed.csv", rows)
+  paths.write_text(out / "speed.md", text + "\n")
+  charts.scaling_chart(out / "scaling.png", rows,
+                       f"Train step vs length ({machine['device_kind']}, batch {args.batch})")
+  print(text)
+  print(f"wrote {args.out}/speed.{{md,csv,json}} and {args.out}/scaling.png")
+
+
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(prog="python eval.py", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = p.add_subparsers(dest="command", required=True)
+  a = sub.add_parser("accuracy", help="the accuracy table of finished runs")
+  a.add_argument("runs", nargs="+", help="run directories, or folders holding them")
+  a.add_argument("--out", default="eval_out")
+  a.add_argument("--speed", help="a speed.json, for the accuracy-speed-memory bubble chart")
+  a.add_argument("--average", default="avg5", choices=("avg5", "avg6", *TASKS),
+                 help="the chart's accuracy: avg5, avg6, or one task's name")
+  a.set_defaults(run=_accuracy)
+  s = sub.add_parser("speed", help="steps/s and memory of the train step against length")
+  s.add_argument("--models", default="", help="comma separated; default every registered model")
+  s.add_argument("--lengths", default="1024,2048,3072,4096")
+  s.add_argument("--batch", type=int, default=32)
+  for key, value in measuring.TEXT_BASE_SIZE.items():
+    s.add_argument(f"--{key}", type=int, default=value)
+  s.add_argument("--dtype", default="float32", help="compute dtype, e.g. bfloat16 on a GPU")
+  s.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is kept")
+  s.add_argument("--timeout", type=float, default=1800, help="seconds per (model, length)")
+  s.add_argument("--import", dest="imports", action="append", default=[],
+                 help="a module to import in each measuring process (registers a new mixer)")
+  s.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                 help="override a config.model field for every model, after the size flags "
+                      "(repeatable), e.g. --set reversible=True --set num_layers=12")
+  s.add_argument("--out", default="eval_out")
+  s.set_defaults(run=_speed)
+  return p
+
+
+def main(argv=None) -> None:
+  args = parser().parse_args(argv)
+  run_command(args.run, args)  # a bad flag, run or file: one line
+
+
+if __name__ == "__main__":
+  main()
