@@ -90,7 +90,6 @@ _OUTSIDE = textwrap.dedent("""
       for model in ("transformer", "s4d"):  # s4d reads configs/published
         configs.task_config(name).get_config(model)
     names = models.registry.names()
-    assert len(names) == 17, names
     import jax, jax.numpy as jnp
     config = configs.task_config("listops").get_config("transformer,cpu")
     net = models.build(config.model.to_dict(), vocab_size=20, num_classes=10, max_len=16,
@@ -149,7 +148,8 @@ def test_wheel_works_outside_the_checkout(tmp_path):
   run = subprocess.run([sys.executable, "-c", _OUTSIDE, str(target)], capture_output=True,
                        text=True, cwd=elsewhere, env=env, timeout=300)
   assert run.returncode == 0, run.stdout + run.stderr
-  assert "wheel ok 17" in run.stdout
+  from lra.models import registry  # the checkout's mixers, all of them shipped
+  assert f"wheel ok {len(registry.names())}" in run.stdout
   # python -m lra.train from that folder finds configs/ in the package: the config loads (its
   # model name is then refused in one line).
   train = subprocess.run([sys.executable, "-m", "lra.train", "--config=configs/listops.py:nope",

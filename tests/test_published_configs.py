@@ -65,7 +65,9 @@ def test_full_size_config_has_the_table_values(name, task):
     assert c.model[key] == value, key
   for key, value in mixer.items():
     assert c.model.attention[key] == value, key
-  assert c.model.attention_dropout_rate == c.model.dropout_rate
+  # A mixer without inner dropout (Mamba) keeps attention dropout at 0 (it refuses more).
+  inner_dropout = c.model.dropout_rate if registry.takes_attention_dropout(name) else 0.0
+  assert c.model.attention_dropout_rate == inner_dropout
   epochs = entry.pop("epochs")
   for key, value in entry.items():
     assert c[key] == value, key
@@ -106,6 +108,32 @@ def test_cpu_option_keeps_the_mixer_sizes_small():
   assert c.model.attention.dt_min == 0.0001  # an initialisation choice, taken
   c.model.attention.state_size = 4  # still overridable from the command line
   _build(c.model, "pathx")
+
+
+def _parameter_count(model_config, task):
+  """Parameters of the whole classifier of a config, with the task's vocabulary and classes."""
+  facts = tasks.FACTS[task]
+  net = models.build(model_config.to_dict(), vocab_size=facts.vocab_size,
+                     num_classes=facts.num_classes, max_len=16, pair=facts.pair)
+  tokens = jnp.ones((1, 16), jnp.int32)
+  shapes = jax.eval_shape(net.init, jax.random.PRNGKey(0),
+                          *((tokens, tokens) if facts.pair else (tokens,)))
+  return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(shapes["params"]))
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_mamba_is_at_parameter_parity_with_s5(task):
+  """Mamba published no LRA setup: configs/published/mamba.py matches S5's published model
+  size per task; the counts its docstring states are the real ones, within 5% of each other."""
+  s5_count, mamba_count = published.table("mamba").PARAMETERS[task]
+  assert _parameter_count(TASKS[task].get_config("s5").model, task) == s5_count
+  c = TASKS[task].get_config("mamba")
+  assert _parameter_count(c.model, task) == mamba_count
+  assert abs(mamba_count / s5_count - 1) < 0.05
+  s5 = published.table("s5").HYPERPARAMETERS[task]
+  assert c.model.num_layers == s5["model"]["num_layers"]  # S5's depth, a narrower width
+  assert c.model.attention.bidirectional and c.model.attention_dropout_rate == 0.0
+  assert c.ssm_learning_rate == c.learning_rate == s5["learning_rate"]
 
 
 def test_unknown_trainer_key_fails_loudly(monkeypatch):

@@ -1,0 +1,224 @@
+"""Mamba (Gu & Dao 2023, "Mamba: Linear-Time Sequence Modeling with Selective State Spaces"):
+the selective state space block as a token mixer.
+
+The block (the paper's figure 3 and the official state-spaces/mamba `Mamba` module), with
+D = the input width, E = expand * D inner channels and N = state_size:
+    x, z   = in_proj(h)                                   D -> 2E, no bias
+    u      = SiLU(conv(x))                                depthwise causal conv1d, kernel
+                                                          `conv_kernel`, with bias
+    dt     = softplus(dt_proj(x_proj_dt(u)) + dt_bias)    low rank: E -> R -> E (R = dt_rank)
+    B, C   = x_proj_B(u), x_proj_C(u)                     E -> N each, per position
+    s_t    = exp(dt_t A) s_{t-1} + dt_t B_t u_t           per channel e: an N-state recurrence
+    y_t    = C_t s_t + D u_t                              (A: E x N, D: E)
+    out    = out_proj(y * SiLU(z))                        E -> D, no bias
+x_proj is one matrix E -> R + 2N (no bias) whose outputs are split into dt's low-rank input,
+B and C. The discretisation is Mamba's: zero-order hold for A (A_bar = exp(dt A)) and the
+Euler simplification B_bar = dt B for B. The recurrence is selective (dt, B, C depend on the
+position's input), so it is not a convolution: it runs as jax.lax.associative_scan with
+(a_i, b_i) o (a_j, b_j) = (a_j a_i, a_j b_i + b_j) over L: O(log L) depth, never an L x L
+array, but it materialises B x L x E x N states in float32 (the official CUDA kernel keeps
+them in on-chip memory; that fused kernel is not reproduced here).
+
+Initialisation (the official module's defaults):
+  - A: S4D-real, A[e, n] = -(n + 1) for every channel, stored as A_log = log(n + 1)
+    (A = -exp(A_log) stays negative, so |exp(dt A)| < 1 for every dt > 0).
+  - dt_bias: dt drawn log-uniformly in [dt_min, dt_max] (floored at DT_FLOOR = 1e-4, the
+    official dt_init_floor), and dt_bias = softplus^-1(dt) = dt + log(-expm1(-dt)), so that
+    softplus(dt_bias) lies in [dt_min, dt_max] at init.
+  - dt_proj's kernel: uniform in [-R^-1/2, R^-1/2] (the official dt_init "random").
+  - D = 1.
+  - in_proj, x_proj, out_proj kernels and the conv's weight and bias: PyTorch's defaults, which
+    the official module keeps: uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in of the
+    depthwise conv = its kernel size).
+dt_rank "auto" is ceil(D / 16), as the official module computes it.
+
+Bidirectional (setting; off by default, Mamba is causal): the scheme of Vision Mamba's
+bidirectional block (Zhu et al. 2024, "v2"): in_proj (so x and z) and out_proj are shared;
+the backward direction has its own conv, x_proj, dt_proj, dt_bias, A_log and D and runs the same
+causal path over the reversed sequence, its output reversed back; the two directions are
+averaged before the gate, out = out_proj((y_fwd + y_bwd) / 2 * SiLU(z)). Parameters: one
+"forward" and one "backward" submodule.
+
+Padding: the input is zeroed at padded positions, and dt is set to 0 there, so a padded step
+of the recurrence is the identity (exp(0 A) = 1, 0 * B u = 0). The conv sees a padded position
+as a zero input, which is what it sees past either end of a sequence. LRA pads at the end: the
+forward direction never looks ahead, and the backward direction runs over the reversed
+sequence, where the padding comes first: the conv reads zeros, as at the start of any
+sequence, and the recurrence passes its zero state through the padded steps unchanged. Real
+outputs therefore equal those of the sequence truncated to its real tokens.
+
+Dtypes: the projections run in the compute dtype; the conv, dt, the scan, the D skip and the
+gate run in float32 (as the official selective scan does), then out_proj in the compute dtype.
+
+Optimiser: A_log, D and dt_bias are OPTIMIZER_GROUP: no weight decay (the official module
+marks A_log and D `_no_weight_decay`, Mamba-2 also its dt_bias), trained at
+config.ssm_learning_rate (0 = the global rate; Mamba trains them at the global rate).
+The mixer has no attention weights and no dropout inside (ATTENTION_DROPOUT = False), as the
+official block; the encoder's residual dropout still applies to its output.
+"""
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lra.models import settings as s
+from lra.models.registry import register
+from lra.models.ssm import SSMMixer, log_uniform, masked_input
+
+DT_FLOOR = 1e-4  # the official dt_init_floor: dt at init is at least this
+# PyTorch's default nn.Linear / nn.Conv1d initialisation (the official module keeps it for
+# in_proj, x_proj, out_proj and the conv): uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)].
+torch_default = nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform")
+
+
+def symmetric_uniform(bound: float):
+  """Initialiser: uniform in [-bound, bound]."""
+  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound,
+                                                                 bound)
+
+
+class DtRank:
+  """dt_rank: "auto" (ceil(D / 16)) or an integer >= 1 (a models.settings rule)."""
+
+  def allowed(self) -> str:
+    return "'auto' or an integer >= 1"
+
+  def ok(self, value) -> bool:
+    return (isinstance(value, str) and value == "auto") or (s.is_int(value) and value >= 1)
+
+  def bad_values(self) -> list:
+    return ["Auto", 0, 1.5, True, None]
+
+
+def rank_of(dt_rank, width: int) -> int:
+  """The rank R of dt's projection for a D = `width` input."""
+  return math.ceil(width / 16) if dt_rank == "auto" else int(dt_rank)
+
+
+def inverse_softplus(y):
+  """x with softplus(x) = y (y > 0): y + log(1 - exp(-y)), with expm1 for small y."""
+  return y + jnp.log(-jnp.expm1(-y))
+
+
+def causal_depthwise_conv(x_BxLxE, w_KxE, b_E):
+  """y[t] = b + sum_k w[k] x[t - (K - 1) + k] per channel, zeros before the start: the
+  official conv1d (padding K - 1, output cut to L) as K shifted products (K is small)."""
+  kernel, length = w_KxE.shape[0], x_BxLxE.shape[1]
+  x_BxPxE = jnp.pad(x_BxLxE, ((0, 0), (kernel - 1, 0), (0, 0)))
+  y_BxLxE = jnp.broadcast_to(b_E[None, None, :], x_BxLxE.shape)
+  for k in range(kernel):
+    y_BxLxE = y_BxLxE + w_KxE[k][None, None, :] * x_BxPxE[:, k:k + length]
+  return y_BxLxE
+
+
+def _compose(earlier, later):
+  """Two steps s -> a s + b, the earlier applied first."""
+  a_i, b_i = earlier
+  a_j, b_j = later
+  return a_j * a_i, a_j * b_i + b_j
+
+
+def selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E):
+  """y_t = C_t s_t + D u_t with s_t = exp(dt_t A) s_{t-1} + dt_t B_t u_t (s_0 = 0), every
+  state at once by an associative scan over L; float32."""
+  a_BxLxExN = jnp.exp(dt_BxLxE[..., None] * A_ExN[None, None])
+  b_BxLxExN = (dt_BxLxE * u_BxLxE)[..., None] * B_BxLxN[:, :, None, :]
+  _, s_BxLxExN = jax.lax.associative_scan(_compose, (a_BxLxExN, b_BxLxExN), axis=1)
+  return jnp.einsum("blen,bln->ble", s_BxLxExN, C_BxLxN) + D_E[None, None] * u_BxLxE
+
+
+class Direction(nn.Module):
+  """One direction of the block, causal over L: conv, SiLU, dt / B / C from the input, the
+  selective scan and the D skip. x_BxLxE: the x branch (zero at padded positions); returns
+  y_BxLxE in float32, before the gate."""
+  state_size: int
+  conv_kernel: int
+  dt_rank: int
+  dt_min: float
+  dt_max: float
+  dtype: str
+
+  @nn.compact
+  def __call__(self, x_BxLxE, mask_BxL):
+    inner, n, rank = x_BxLxE.shape[-1], self.state_size, self.dt_rank
+    conv_init = symmetric_uniform(1 / np.sqrt(self.conv_kernel))  # fan_in = K (depthwise)
+    w_KxE = self.param("conv_weight", conv_init, (self.conv_kernel, inner))
+    b_E = self.param("conv_bias", conv_init, (inner,))
+
+    def init_dt_bias(key, shape):
+      dt_E = jnp.maximum(jnp.exp(log_uniform(self.dt_min, self.dt_max)(key, shape)), DT_FLOOR)
+      return inverse_softplus(dt_E)
+
+    dt_bias_E = self.param("dt_bias", init_dt_bias, (inner,))
+    A_log_ExN = self.param("A_log", lambda _, shape: jnp.broadcast_to(
+        jnp.log(jnp.arange(1, n + 1, dtype=jnp.float32)), shape), (inner, n))
+    D_E = self.param("D", nn.initializers.ones, (inner,))
+
+    keep_BxLx1 = mask_BxL.astype(bool)[..., None]
+    u_BxLxE = jax.nn.silu(causal_depthwise_conv(x_BxLxE.astype(jnp.float32), w_KxE, b_E))
+    u_BxLxE = jnp.where(keep_BxLx1, u_BxLxE, 0.0)
+    proj_BxLxF = nn.Dense(rank + 2 * n, use_bias=False, dtype=self.dtype,
+                          kernel_init=torch_default, name="x_proj")(u_BxLxE)
+    proj_BxLxF = proj_BxLxF.astype(jnp.float32)
+    low_BxLxR, B_BxLxN, C_BxLxN = jnp.split(proj_BxLxF, [rank, rank + n], axis=-1)
+    dt_proj = nn.Dense(inner, use_bias=False, dtype=self.dtype, name="dt_proj",
+                       kernel_init=symmetric_uniform(1 / np.sqrt(rank)))
+    dt_BxLxE = jax.nn.softplus(dt_proj(low_BxLxR).astype(jnp.float32) + dt_bias_E[None, None])
+    dt_BxLxE = jnp.where(keep_BxLx1, dt_BxLxE, 0.0)  # a padded step is the identity
+    return selective_scan(u_BxLxE, dt_BxLxE, -jnp.exp(A_log_ExN), B_BxLxN, C_BxLxN, D_E)
+
+
+@register("mamba")
+class Mamba(SSMMixer):
+  """Mamba block: in_proj to (x, z), causal conv + SiLU, selective scan (+ D skip), gate
+  SiLU(z), out_proj; optionally bidirectional (see the module docstring)."""
+  state_size: int = 16  # N: states per inner channel (the official d_state)
+  expand: int = 2  # E = expand * D inner channels
+  conv_kernel: int = 4  # the depthwise causal conv's kernel size (the official d_conv)
+  dt_rank: int | str = "auto"  # R, the rank of dt's projection; "auto" = ceil(D / 16)
+  dt_min: float = 0.001  # dt starts log-uniform in [dt_min, dt_max] (through dt_bias)
+  dt_max: float = 0.1
+  bidirectional: bool = False  # add a backward scan with its own parameters (averaged)
+
+  # Leaf names trained with config.ssm_learning_rate and no weight decay
+  # (lra/training/optim.py).
+  OPTIMIZER_GROUP = ("A_log", "D", "dt_bias")
+  # No attention weights, and the official block has no dropout inside.
+  ATTENTION_DROPOUT = False
+  # The encoder adds no absolute positions (the conv and the recurrence encode order) and
+  # mean-pools the real tokens without a CLS token (a causal scan would give a CLS token at
+  # position 0 nothing to see).
+  ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
+  SETTINGS = {"state_size": s.Int(1), "expand": s.Int(1), "conv_kernel": s.Int(1),
+              "dt_rank": DtRank(), "dt_min": s.Float(0.0, open="low"),
+              "dt_max": s.Float(0.0, open="low"), "bidirectional": s.Bool()}
+
+  def check_settings(self) -> None:
+    super().check_settings()
+    self.check_dt_range()
+
+  def _direction(self, width: int, name: str) -> Direction:
+    return Direction(self.state_size, self.conv_kernel, rank_of(self.dt_rank, width),
+                     self.dt_min, self.dt_max, self.dtype, name=name)
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    del deterministic  # no dropout inside the block
+    width = x_BxLxD.shape[-1]
+    inner = self.expand * width
+    h_BxLxD = masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
+    xz_BxLx2E = nn.Dense(2 * inner, use_bias=False, dtype=self.dtype,
+                         kernel_init=torch_default, name="in_proj")(h_BxLxD)
+    x_BxLxE, z_BxLxE = jnp.split(xz_BxLx2E, 2, axis=-1)
+    y_BxLxE = self._direction(width, "forward")(x_BxLxE, mask_BxL)
+    if self.bidirectional:
+      flip = lambda a: a[:, ::-1]
+      y_back_BxLxE = flip(self._direction(width, "backward")(flip(x_BxLxE), flip(mask_BxL)))
+      y_BxLxE = 0.5 * (y_BxLxE + y_back_BxLxE)
+    y_BxLxE = y_BxLxE * jax.nn.silu(z_BxLxE.astype(jnp.float32))
+    return nn.Dense(width, use_bias=False, dtype=self.dtype, kernel_init=torch_default,
+                    name="out_proj")(y_BxLxE.astype(self.dtype))
