@@ -36,6 +36,7 @@ VARIANTS = {
     "bigbird-etc": ("bigbird", dict(mode="etc"), {}),
     "longformer-dilated": ("longformer", dict(dilation=(1, 2)), {}),
     "performer-relu": ("performer", dict(kernel="relu"), {}),
+    "mega-chunk": ("mega", dict(chunk_size=4), {}),
 }
 ENCODER_VARIANTS = {
     "reformer-reversible": ("reformer", {}, dict(reversible=True)),
