@@ -1,6 +1,6 @@
-"""Published LRA hyperparameters of the state-space models, one file per model.
+"""Published LRA hyperparameters of the state-space models and Mega, one file per model.
 
-Each file (s4d.py, s5.py, lru.py) cites its source in its docstring and defines
+Each file (s4d.py, s5.py, lru.py, mega.py) cites its source in its docstring and defines
     HYPERPARAMETERS = {task: dict(model=dict(num_layers=..., emb_dim=..., dropout_rate=...,
         norm=..., prenorm=..., feedforward=..., pooling=..., use_cls=...,
         attention=dict(<mixer settings>)), batch_size=..., epochs=..., learning_rate=...,
@@ -22,7 +22,7 @@ from types import ModuleType
 
 from lra.data.tasks import FACTS  # train_size: examples per epoch (after held-out validation)
 
-MODELS = ("s4d", "s5", "lru")  # the models that may have a table here
+MODELS = ("s4d", "s5", "lru", "mega")  # the models that may have a table here
 # Encoder settings that are architectural choices, taken even with `cpu`.
 ARCHITECTURE = ("norm", "prenorm", "feedforward", "pooling", "use_cls")
 
@@ -73,8 +73,10 @@ def apply(c, options: set[str]):
 
   for key, value in model.items():  # sizes: num_layers, emb_dim, dropout_rate
     c.model[key] = value
-  # The papers' one dropout acts inside the SSM layer as well as on the residual branch.
-  c.model.attention_dropout_rate = c.model.dropout_rate
+  # The SSM papers' one dropout acts inside the SSM layer as well as on the residual branch
+  # (a table that gives attention_dropout_rate, Mega's, keeps its own).
+  if "attention_dropout_rate" not in model:
+    c.model.attention_dropout_rate = c.model.dropout_rate
   if "mlp_dim" not in model:  # without the MLP sub-block, mlp_dim is only our head's width:
     c.model.mlp_dim = c.model.emb_dim  # no bottleneck (the papers decode linearly)
   epochs = entry.pop("epochs")
