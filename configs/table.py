@@ -5,8 +5,8 @@ only place where a model's size, pooling, positions or a mixer setting depends o
 on the model. What a mixer needs on every task is a fact of the mixer, kept on its class
 (ENCODER_SETTINGS, SETTINGS_WHEN; models/common.py) and read here through the registry.
 Trainer settings (steps, batch, learning rate) stay in the task's own config; a mixer's
-defaults stay in its module; the state-space papers' own tables are in configs/published/
-(applied here, after this table).
+defaults stay in its module; the state-space papers' and Mega's own tables are in
+configs/published/ (applied here, after this table).
 """
 from __future__ import annotations
 

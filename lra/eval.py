@@ -187,7 +187,8 @@ def parser() -> argparse.ArgumentParser:
                  help="the chart's accuracy: avg5, avg6, or one task's name")
   a.set_defaults(run=_accuracy)
   s = sub.add_parser("speed", help="steps/s and memory of the train step against length")
-  s.add_argument("--models", default="", help="comma separated; default every registered model")
+  s.add_argument("--models", default="", help="comma separated (grid aliases such as "
+                 "mega_chunk too); default every registered model")
   s.add_argument("--lengths", default="1024,2048,3072,4096")
   s.add_argument("--batch", type=int, default=32)
   for key, value in measuring.TEXT_BASE_SIZE.items():

@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 
+from lra.configs.published.mega import CHUNK_SIZES
 from lra import INSTALLED, PACKAGE_ROOT, cli, paths
 from lra.errors import UserError
 
@@ -18,8 +19,15 @@ from lra.errors import UserError
 PROTOCOLS = ("scratch", "spt")
 REPO = PACKAGE_ROOT  # configs/ (and train.py in a checkout)
 PRESETS = {"cpu": ",cpu", "paper": ",paper", "base": ""}
-# Grid names that are another mixer with settings: (registered mixer, --set items).
-ALIASES = {"transformer_chunked": ("transformer", ("model.attention.implementation=chunked",))}
+# Grid names that are another mixer with settings: (registered mixer, --set items), an item
+# TASK:KEY=VALUE for that task's runs only (alias_settings). Each is a row of its own in the
+# table (lra.reporting.results.run_label).
+ALIASES = {
+    "transformer_chunked": ("transformer", ("model.attention.implementation=chunked",)),
+    # Mega-chunk: Mega attending within chunks, of the paper's size per task.
+    "mega_chunk": ("mega", tuple(f"{task}:model.attention.chunk_size={size}"
+                                 for task, size in CHUNK_SIZES.items())),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,13 +132,25 @@ def _seeds(text: str | None) -> list[int | None]:
   return [int(t) for t in items]
 
 
+def alias_settings(model: str, task: str) -> tuple[str, list[tuple[str, str]]]:
+  """(the registered mixer, its (key, value) settings on `task`) of a grid name: an alias's
+  (ALIASES; an item scoped to a task overrides the unscoped one), else (model, [])."""
+  from lra.data.tasks import NAMES
+  mixer, items = ALIASES.get(model, (model, ()))
+  found = {}
+  for scope, key, value in sorted((_parse_set(item, list(NAMES)) for item in items),
+                                  key=lambda item: item[0] is not None):
+    if scope in (None, task):
+      found[key] = value
+  return mixer, list(found.items())
+
+
 def _cell_settings(task: str, model: str, preset: str, sets: list
                    ) -> tuple[int, list[tuple[str, str]]]:
   """(num_train_steps, the (key, value) overrides) of one cell, each key checked first."""
-  mixer, extra = ALIASES.get(model, (model, ()))
+  mixer, extra = alias_settings(model, task)
   config = _config(task, mixer, preset)
-  mine = [_parse_set(item, [])[1:] for item in extra] + [
-      (key, value) for scope, key, value in sets if scope in (None, task, model)]
+  mine = extra + [(key, value) for scope, key, value in sets if scope in (None, task, model)]
   for key, value in mine:
     if not _has_key(config, key):
       raise UserError(f"--set {key}={value}: the {task} config of {model} has no key "

@@ -13,8 +13,9 @@ writes it.
 
 --models / --tasks: comma separated; `all` = every registered mixer / every task.
 `transformer_chunked` is the Transformer with `model.attention.implementation=chunked` (exact
-attention in O(N) memory); its results.json names the mixer `transformer`, the table gives it a
-row of its own (lra.reporting.results.run_label).
+attention in O(N) memory), `mega_chunk` Mega with the paper's `model.attention.chunk_size` per
+task (Mega-chunk); their results.json names the mixer (`transformer`, `mega`), the table gives
+each a row of its own (lra.reporting.results.run_label).
 --preset: cpu (the configs' `,cpu` sizes), paper (`,paper`: the paper's appendix values) or
 base (the plain config: the original repository's base values).
 --set KEY=VALUE: `--config.KEY=VALUE` for every run; TASK:KEY=VALUE or MODEL:KEY=VALUE for the

@@ -18,7 +18,7 @@ import traceback
 from typing import Any
 
 from lra.configs import table, text
-from lra import cli
+from lra import cli, grid_plan
 from lra.reporting import benchmark
 
 # The Text base model of the original repository (configs/table.py).
@@ -31,13 +31,17 @@ _CHILD = "lra.measuring"  # this module, as `python -m` runs it
 def measured_config(model: str, length: int, batch: int, size: dict[str, int], dtype: str,
                     sets: dict[str, Any] | None = None):
   """The Text config that the child times (eval.py builds it first to check the settings);
-  `sets` overrides config.model fields after `size` (e.g. {"reversible": True})."""
-  c = text.get_config(model)
+  `sets` overrides config.model fields after `size` (e.g. {"reversible": True}). `model` may
+  be a grid alias (lra.grid_plan.ALIASES, e.g. mega_chunk): its mixer with its Text settings."""
+  mixer, extra = grid_plan.alias_settings(model, "text")
+  c = text.get_config(mixer)
   c.data.max_len = length
   c.batch_size = c.eval_batch_size = batch
   c.model.dtype = dtype
   for key, value in size.items():
     c.model[key] = value
+  benchmark.override(c.model, {key.removeprefix("model."): cli.literal(value)
+                               for key, value in extra})
   benchmark.override(c.model, sets or {})
   return c
 
@@ -110,7 +114,7 @@ def main(argv=None) -> None:
       importlib.import_module(module)
     config = measured_config(args.model, args.length, args.batch, json.loads(args.size),
                              args.dtype, cli.parse_sets(args.sets))
-    row = benchmark.measure(config, args.repeats)
+    row = {**benchmark.measure(config, args.repeats), "model": args.model}  # an alias's name
   except Exception as e:  # reported as a table cell, never a crash of the whole table
     row = benchmark.failure(args.model, args.length, args.batch, f"{type(e).__name__}: {e}",
                             traceback.format_exc())

@@ -41,6 +41,11 @@ class Mixer(nn.Module):
   # condition is a dict of encoder settings; configs apply the settings of each condition that
   # their encoder settings meet (registry.settings_when).
   SETTINGS_WHEN = ()
+  # True when the block's mixer sub-layer is a gated residual x + u * (dropout(h) - x) (Mega's
+  # eq. 15) instead of x + dropout(f(x)): the mixer then has a method
+  # `candidate_and_gate(x, mask, deterministic=...) -> (h, u)`, and its __call__ returns
+  # u * (h - x) (registry.gated_residual; models/encoder.py's Block builds the sub-layer).
+  GATED_RESIDUAL = False
 
   def __post_init__(self):
     self.check_settings()

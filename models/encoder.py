@@ -103,7 +103,10 @@ def normalize(kind: str, dtype: str, x_BxLxD, mask_BxL, *, deterministic: bool,
 class Block(nn.Module):
   """Residual block: a token-mixer sub-layer, then (unless feedforward=False) an MLP one.
 
-  Pre-norm (default): x + dropout(f(norm(x))); post-norm: norm(x + dropout(f(x))).
+  Pre-norm (default): x + dropout(f(norm(x))); post-norm: norm(x + dropout(f(x))). A mixer
+  with a gated residual (GATED_RESIDUAL, models/common.py) makes its sub-layer
+  x + u * (dropout(h) - x) instead, h and u from norm(x) (pre-norm; post-norm: from x, and the
+  sum normalised).
   With `branch` ("mixer" or "mlp") it returns that sub-layer's residual branch alone,
   dropout(f(norm(x))): the f and g of a reversible layer (models/reversible.py).
   Parameter names: mixer, LayerNorm_0 (or BatchNorm_0), LayerNorm_1, MLP_0. Its settings are
@@ -120,10 +123,9 @@ class Block(nn.Module):
     c = self.config
     drop = nn.Dropout(c.dropout_rate)
 
-    def mixer(h_BxLxD):
-      module = make_mixer(self.mixer, self.mixer_settings, c, layer_index=self.layer_index,
-                          shared=self.shared, name="mixer")
-      return module(h_BxLxD, mask_BxL, deterministic=deterministic)
+    module = make_mixer(self.mixer, self.mixer_settings, c, layer_index=self.layer_index,
+                        shared=self.shared, name="mixer")
+    mixer = lambda h_BxLxD: module(h_BxLxD, mask_BxL, deterministic=deterministic)
 
     def mlp(h_BxLxD):
       return MLP(c.mlp_dim, c.dropout_rate, c.dtype, c.ffn_chunks,
@@ -144,7 +146,12 @@ class Block(nn.Module):
           residual_branch(1, mlp, x_BxLxD)
     sublayers = [mixer, mlp] if c.feedforward else [mixer]
     for index, f in enumerate(sublayers):
-      if c.prenorm:
+      if index == 0 and registry.gated_residual(self.mixer):  # x + u (dropout(h) - x)
+        h_BxLxD, u_BxLxD = module.candidate_and_gate(
+            norm(0, x_BxLxD) if c.prenorm else x_BxLxD, mask_BxL, deterministic=deterministic)
+        x_BxLxD = x_BxLxD + u_BxLxD * (drop(h_BxLxD, deterministic=deterministic) - x_BxLxD)
+        x_BxLxD = x_BxLxD if c.prenorm else norm(0, x_BxLxD)
+      elif c.prenorm:
         x_BxLxD = x_BxLxD + residual_branch(index, f, x_BxLxD)
       else:
         x_BxLxD = norm(index, x_BxLxD + drop(f(x_BxLxD), deterministic=deterministic))
@@ -373,6 +380,9 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
   if pair:
     s.check(s.model_key("pair_features"), pair_features, s.Choice(PAIR_FEATURES))
   s.check_encoder(model)
+  if model.get("reversible") and registry.gated_residual(mixer):
+    s.fail(s.model_key("reversible"), True, f"False for model {mixer!r} (its gated residual "
+           "is no additive branch f of a reversible layer)")
   config = EncoderConfig(**model)
   encoder = Encoder(vocab_size=vocab_size, max_len=max_len, mixer=mixer,
                     mixer_settings=settings, config=config)

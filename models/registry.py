@@ -5,9 +5,9 @@ Adding a variant means one new file in models/ whose Flax module is decorated wi
 the mixers of models/ by reading the source (ast), without importing them: a mixer's module,
 and with it JAX, is imported only when `get` (or `make`) asks for that name. `user_settings`
 and `default_settings` read the class's fields statically too, and `takes_attention_dropout`,
-`encoder_settings` and `settings_when` its class constants, so loading a config imports no
-JAX. A mixer registered at run time (a test's, or one `eval.py speed --import FILE` loads)
-is looked up from its class.
+`encoder_settings`, `settings_when` and `gated_residual` its class constants, so loading a
+config imports no JAX. A mixer registered at run time (a test's, or one `eval.py speed
+--import FILE` loads) is looked up from its class.
 """
 from __future__ import annotations
 
@@ -168,6 +168,12 @@ def encoder_settings(name: str) -> dict[str, Any]:
   """The encoder settings mixer `name` needs on every task (its ENCODER_SETTINGS), read
   without importing it."""
   return dict(_constant(name, "ENCODER_SETTINGS", {}))
+
+
+def gated_residual(name: str) -> bool:
+  """Whether mixer `name`'s sub-layer is a gated residual (its GATED_RESIDUAL, models/common.py),
+  read without importing it."""
+  return bool(_constant(name, "GATED_RESIDUAL", False))
 
 
 def settings_when(name: str, encoder: Mapping[str, Any]) -> dict[str, Any]:

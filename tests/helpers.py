@@ -20,6 +20,7 @@ TINY_SETTINGS = {
     "longformer": dict(window=4),
     "lru": dict(state_size=8),
     "mamba": dict(state_size=4),
+    "mega": dict(z_dim=4, v_dim=8, ema_dim=2, max_positions=6),
     "nystromformer": dict(num_landmarks=4, conv_kernel=3),
     "performer": dict(nb_features=8),
     "reformer": dict(n_buckets=4, chunk_len=4),

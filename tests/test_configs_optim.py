@@ -51,6 +51,14 @@ def test_cosine_schedule_warms_up_then_decays_to_zero():
                              [0.0, 5e-4, 1e-3, 5e-4, 0.0], atol=1e-9)
 
 
+def test_linear_schedule_warms_up_then_decays_linearly_to_zero():
+  c = listops.get_config("transformer")
+  c.schedule, c.learning_rate, c.warmup_steps, c.num_train_steps = "linear", 1e-3, 10, 110
+  lr = optim.learning_rate_schedule(c)
+  np.testing.assert_allclose([lr(0), lr(5), lr(10), lr(60), lr(110), lr(200)],
+                             [0.0, 5e-4, 1e-3, 5e-4, 0.0, 0.0], atol=1e-9)
+
+
 def test_loading_a_config_does_not_import_jax():
   """Config errors fail fast: loading and building a config touches no JAX, no mixer module."""
   code = ("import sys; from lra.configs import listops, pathx; "

@@ -78,3 +78,15 @@ def test_speed_set_overrides_model_fields(tmp_path):
 
   proc = _eval("speed", "--models=transformer", "--set", "no_such_field=1", f"--out={out}")
   assert proc.returncode == 1 and "config.model has no field 'no_such_field'" in proc.stderr
+
+
+def test_speed_measures_grid_aliases_as_their_mixer_with_its_settings():
+  """`eval.py speed --models=mega_chunk,transformer_chunked` times the grid's aliases (the
+  child process names each row by the alias)."""
+  from lra import measuring
+  size = measuring.TEXT_BASE_SIZE
+  c = measuring.measured_config("mega_chunk", 256, 2, size, "float32")
+  assert (c.model.name, c.model.attention.chunk_size, c.data.max_len) == ("mega", 128, 256)
+  c = measuring.measured_config("transformer_chunked", 256, 2, size, "float32")
+  assert (c.model.name, c.model.attention.implementation) == ("transformer", "chunked")
+  assert measuring.measured_config("mega", 256, 2, size, "float32").model.attention.chunk_size == 0

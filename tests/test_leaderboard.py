@@ -185,6 +185,19 @@ def test_seeds_give_each_cell_one_workdir_and_command_per_seed(tmp_path, monkeyp
   assert "#SBATCH --array=0-3\n" in (tmp_path / "grid.sbatch").read_text()
 
 
+def test_mega_chunk_runs_mega_with_the_papers_chunk_size_per_task(monkeypatch, capsys):
+  monkeypatch.chdir(ROOT)
+  leaderboard.main(["--models=mega_chunk", "--tasks=listops,pathx", "--preset=cpu",
+                    "--root=runs/grid", "--set", "mega_chunk:num_train_steps=10",
+                    "--print_commands"])
+  lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
+  assert [line[2:] for line in lines] == [
+      ["--config=configs/listops.py:mega,cpu", "--workdir=runs/grid/listops/mega_chunk-cpu",
+       "--config.model.attention.chunk_size=128", "--config.num_train_steps=10"],
+      ["--config=configs/pathx.py:mega,cpu", "--workdir=runs/grid/pathx/mega_chunk-cpu",
+       "--config.model.attention.chunk_size=4096", "--config.num_train_steps=10"]]
+
+
 def test_a_seed_0_run_made_without_seeds_is_finished_for_a_grid_with_seeds(tmp_path):
   args = leaderboard.parser().parse_args([*TINY, f"--root={tmp_path}", "--seeds=0,1"])
   seed0, seed1 = leaderboard.plan(args)

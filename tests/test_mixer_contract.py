@@ -37,6 +37,7 @@ VARIANTS = {
     "longformer-dilated": ("longformer", dict(dilation=(1, 2)), {}),
     "performer-relu": ("performer", dict(kernel="relu"), {}),
     "mamba-bidirectional": ("mamba", dict(bidirectional=True), {}),
+    "mega-chunk": ("mega", dict(chunk_size=4), {}),
 }
 ENCODER_VARIANTS = {
     "reformer-reversible": ("reformer", {}, dict(reversible=True)),

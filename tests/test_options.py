@@ -67,9 +67,10 @@ def test_each_rule_refuses_its_bad_values_in_one_line(name):
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("schedule", ["rsqrt", "cosine", "constant"])
+@pytest.mark.parametrize("schedule", ["rsqrt", "cosine", "constant", "linear"])
 def test_what_a_resume_may_change_is_what_it_was(schedule):
-  observing = OBSERVING - ({"num_train_steps"} if schedule == "cosine" else set())
+  spans = schedule in ("cosine", "linear")  # the schedule ends at num_train_steps
+  observing = OBSERVING - ({"num_train_steps"} if spans else set())
   others = {"task", "model.dtype", "model.attention.implementation", "data.max_len"}
   for key in {*options.TABLE, *OBSERVING, *others}:
     assert workdir.changes_result(key, schedule) == (key not in observing), (key, schedule)

@@ -1,10 +1,12 @@
-"""Published hyperparameters of the state-space models (configs/published) reach the configs."""
+"""Published hyperparameters of the state-space models and Mega (configs/published) reach the
+configs."""
 import dataclasses
 import importlib
 import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from lra import models
@@ -65,9 +67,10 @@ def test_full_size_config_has_the_table_values(name, task):
     assert c.model[key] == value, key
   for key, value in mixer.items():
     assert c.model.attention[key] == value, key
-  # A mixer without inner dropout (Mamba) keeps attention dropout at 0 (it refuses more).
+  # The SSMs' one dropout also inside the layer, unless the table gives it apart (Mega); a
+  # mixer without inner dropout (Mamba) keeps attention dropout at 0 (it refuses more).
   inner_dropout = c.model.dropout_rate if registry.takes_attention_dropout(name) else 0.0
-  assert c.model.attention_dropout_rate == inner_dropout
+  assert c.model.attention_dropout_rate == model.get("attention_dropout_rate", inner_dropout)
   epochs = entry.pop("epochs")
   for key, value in entry.items():
     assert c[key] == value, key
@@ -141,3 +144,57 @@ def test_unknown_trainer_key_fails_loudly(monkeypatch):
   monkeypatch.setitem(table, "listops", dict(table["listops"], learning_rat=0.1))
   with pytest.raises(KeyError, match="learning_rat"):
     listops.get_config("s4d")
+
+
+# --- Mega: sizes and parameter counts against the official modules ----------------------------
+
+def _count(tree) -> int:
+  return sum(int(np.prod(leaf.shape)) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def _official_mega_block(d, z, v, ffn, h, span, norm) -> int:
+  """Parameters of one official MegaSentenceEncoderLayer (facebookresearch/mega, fairseq/
+  modules): MultiHeadEMA (delta, alpha, beta, gamma over 2d channels: bidirectional; omega),
+  MovingAverageGatedAttention (v_proj, mx_proj to [u, z, r, hx], h_proj, gamma and beta 2 x z,
+  the simple relative bias 2 span - 1), NormalizedFeedForwardNetwork (fc1, fc2) and the two
+  norms (layernorm and batchnorm 2 d each, scalenorm 1)."""
+  ema = 4 * 2 * d * h + d
+  attention = (d * v + v) + (d * (z + v + 2 * d) + z + v + 2 * d) + (v * d + d) + 4 * z
+  feedforward = (d * ffn + ffn) + (ffn * d + d)
+  return ema + attention + (2 * span - 1) + feedforward + 2 * {"scale": 1}.get(norm, 2 * d)
+
+
+# Table 8's norms (SN: ScaleNorm, which the encoder does not have: LayerNorm here).
+_MEGA_NORMS = {"listops": "layer", "text": "scale", "retrieval": "scale", "image": "batch",
+               "pathfinder": "batch", "pathx": "batch"}
+
+
+def test_mega_sizes_and_parameter_counts_match_the_official_modules():
+  """Prints each task's Mega (the paper gives no LRA parameter counts) and checks every block
+  against the official count: ours has no key offset under softmax (z fewer) and LayerNorm
+  where the official has ScaleNorm (2 d - 1 more per norm)."""
+  from lra.configs.published import mega
+  print("\ntask        layers  d   FFN  z   v   h  attention  norm   prenorm  block (official)"
+        "  total (ours)")
+  for task in TASKS:
+    c = TASKS[task].get_config("mega")
+    m, a = c.model, c.model.attention
+    facts = tasks.FACTS[task]
+    net = models.build(m.to_dict(), vocab_size=facts.vocab_size, num_classes=facts.num_classes,
+                       max_len=16, pair=facts.pair)
+    tokens = jnp.ones((2, 16), jnp.int32)
+    params = jax.eval_shape(net.init, jax.random.PRNGKey(0),
+                            *((tokens, tokens) if facts.pair else (tokens,)))["params"]
+    block = _count(params["encoder"]["block_0"])
+    official = _official_mega_block(m.emb_dim, a.z_dim, a.v_dim, m.mlp_dim, a.ema_dim,
+                                    a.max_positions, _MEGA_NORMS[task])
+    expected = official - a.z_dim * (a.attention_fn == "softmax") + 2 * (
+        2 * m.emb_dim - 1) * (_MEGA_NORMS[task] == "scale")
+    print(f"{task:11} {m.num_layers:6} {m.emb_dim:3} {m.mlp_dim:4} {a.z_dim:3} {a.v_dim:3} "
+          f"{a.ema_dim:2}  {a.attention_fn:9}  {_MEGA_NORMS[task]:5}  {m.prenorm!s:7}  "
+          f"{block:6} ({official:6})  {_count(params):8}")
+    assert block == expected, (task, block, expected)
+    assert (m.mlp_dim, a.v_dim) == (2 * m.emb_dim, 2 * m.emb_dim) and a.chunk_size == 0
+  assert set(mega.CHUNK_SIZES) == set(TASKS)
+  assert {size for task, size in mega.CHUNK_SIZES.items() if task != "pathx"} == {128}
+  assert mega.CHUNK_SIZES["pathx"] == 4096

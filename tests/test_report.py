@@ -194,6 +194,23 @@ def test_chunked_transformer_gets_a_row_of_its_own(tmp_path):
   assert _row(table, "transformer")["cells"]["listops"]["diff"] is not None
 
 
+def test_mega_chunk_gets_a_row_of_its_own(tmp_path):
+  """A Mega run with a chunk size is the Mega-chunk row (the grid's mega_chunk), beside Mega."""
+  _write_run(tmp_path, "full", "mega", "listops", 0.60, 0.61, full=False)
+  chunked = pathlib.Path(_write_run(tmp_path, "chunk", "mega", "listops", 0.58, 0.59,
+                                    full=False)) / "results.json"
+  result = json.loads(chunked.read_text())
+  result["config"]["model"]["attention"]["chunk_size"] = 128
+  chunked.write_text(json.dumps(result))
+  warnings: list[str] = []
+  found = results.collect_results([str(tmp_path)], warnings, references=paper_configs)
+  assert sorted((r["model"], r["mixer"]) for r in found) == [("mega", "mega"),
+                                                             ("mega_chunk", "mega")]
+  table = accuracy.accuracy_table(found, references=paper_configs, include_paper_models=False)
+  assert _row(table, "mega_chunk")["cells"]["listops"]["ours"] == pytest.approx(58.0)
+  assert "| Mega-chunk |" in markdown.accuracy_markdown(table)
+
+
 def _speed_row(model: str, length: int, status: str = "ok", steps: float | None = None,
                peak: int | None = None, compiled: int | None = 2 * 10**9) -> dict:
   ok = status == "ok"

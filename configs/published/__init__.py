@@ -1,7 +1,7 @@
-"""Published LRA hyperparameters of the state-space models, one file per model.
+"""Published LRA hyperparameters of the state-space models and Mega, one file per model.
 
-Each file (s4d.py, s5.py, lru.py, mamba.py) cites its source in its docstring (mamba.py: our
-choice at parameter parity with S5, Mamba published no LRA setup) and defines
+Each file (s4d.py, s5.py, lru.py, mamba.py, mega.py) cites its source in its docstring
+(mamba.py: our choice at parameter parity with S5, Mamba published no LRA setup) and defines
     HYPERPARAMETERS = {task: dict(model=dict(num_layers=..., emb_dim=..., dropout_rate=...,
         norm=..., prenorm=..., feedforward=..., pooling=..., use_cls=...,
         attention=dict(<mixer settings>)), batch_size=..., epochs=..., learning_rate=...,
@@ -24,7 +24,7 @@ from types import ModuleType
 from lra.data.tasks import FACTS  # train_size: examples per epoch (after held-out validation)
 from lra.models import registry
 
-MODELS = ("s4d", "s5", "lru", "mamba")  # the models that may have a table here
+MODELS = ("s4d", "s5", "lru", "mamba", "mega")  # the models that may have a table here
 # Encoder settings that are architectural choices, taken even with `cpu`.
 ARCHITECTURE = ("norm", "prenorm", "feedforward", "pooling", "use_cls")
 
@@ -75,9 +75,11 @@ def apply(c, options: set[str]):
 
   for key, value in model.items():  # sizes: num_layers, emb_dim, dropout_rate
     c.model[key] = value
-  # The papers' one dropout acts inside the SSM layer as well as on the residual branch (a
-  # mixer without inner dropout, ATTENTION_DROPOUT = False, keeps 0 and refuses more).
-  if registry.takes_attention_dropout(c.model.name):
+  # The SSM papers' one dropout acts inside the SSM layer as well as on the residual branch
+  # (a table that gives attention_dropout_rate, Mega's, keeps its own; a mixer without inner
+  # dropout, ATTENTION_DROPOUT = False, keeps 0 and refuses more).
+  if ("attention_dropout_rate" not in model
+      and registry.takes_attention_dropout(c.model.name)):
     c.model.attention_dropout_rate = c.model.dropout_rate
   if "mlp_dim" not in model:  # without the MLP sub-block, mlp_dim is only our head's width:
     c.model.mlp_dim = c.model.emb_dim  # no bottleneck (the papers decode linearly)

@@ -22,7 +22,7 @@ MODEL_TITLES = {"transformer": "Transformer", "local": "Local Attention",
                 "linear_transformer": "Linear Trans.", "performer": "Performer",
                 "transformer_xl": "Transformer-XL", "nystromformer": "Nystromformer",
                 "fnet": "FNet", "s4d": "S4D", "s5": "S5", "lru": "LRU",
-                "mamba": "Mamba"}
+                "mamba": "Mamba", "mega": "Mega", "mega_chunk": "Mega-chunk"}
 
 
 def _paper_row(*five: float) -> dict[str, float | None]:

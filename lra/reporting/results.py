@@ -96,11 +96,15 @@ def _choose(old: dict, new: dict, references: comparable.References) -> tuple[di
 
 def run_label(result: dict) -> str:
   """The table's name for a run: its mixer, or `transformer_chunked` for the Transformer's
-  exact O(N)-memory implementation (the name lra.leaderboard gives it), a row of its own."""
+  exact O(N)-memory implementation, `mega_chunk` for Mega attending within chunks (the names
+  lra.leaderboard gives them), each a row of its own."""
   config = result.get("config")
   attention = ((config.get("model") or {}).get("attention") or {}) if isinstance(config, dict) \
       else {}
   name = result["model"]
+  if name == "mega" and isinstance(attention, dict) and is_int(attention.get("chunk_size")) \
+      and attention["chunk_size"] > 0:
+    name = "mega_chunk"  # Mega-chunk (Ma et al. 2023, section 3.4)
   if isinstance(result.get("init"), dict) and result["init"].get("objective") == "denoise":
     name += SPT  # [SPT] initialised from a denoise run: a row of its own
   if isinstance(attention, dict) and attention.get("implementation") == "chunked":

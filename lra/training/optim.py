@@ -16,7 +16,8 @@ SSM, OTHER, FROZEN = "ssm", "other", "frozen"  # parameter groups (FROZEN: not t
 
 def learning_rate_schedule(config, peak: float | None = None) -> optax.Schedule:
   """rsqrt: lr * min(1, t/w) / sqrt(max(t, w)), as the original's
-  constant * linear_warmup * rsqrt_decay; cosine: linear warmup then cosine decay to 0.
+  constant * linear_warmup * rsqrt_decay; cosine: linear warmup then cosine decay to 0;
+  linear: linear warmup then linear decay to 0 at the last step (Mega's runs).
 
   `peak` replaces config.learning_rate (the SSM group's schedule has the same shape).
   """
@@ -29,6 +30,10 @@ def learning_rate_schedule(config, peak: float | None = None) -> optax.Schedule:
     return rsqrt
   if config.schedule == "cosine":
     return optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(total, warmup + 1))
+  if config.schedule == "linear":
+    warm = max(warmup, 1)
+    return optax.join_schedules([optax.linear_schedule(0.0, lr, warm), optax.linear_schedule(
+        lr, 0.0, max(total - warm, 1))], [warm])
   if config.schedule == "constant":
     return optax.constant_schedule(lr)
   raise UserError(f"config.schedule={config.schedule!r} is not one of {', '.join(SCHEDULES)}")

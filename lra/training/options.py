@@ -14,7 +14,7 @@ from typing import Any
 
 from lra.models import settings as s
 
-SCHEDULES = ("rsqrt", "cosine", "constant")  # lra.training.optim builds each one
+SCHEDULES = ("rsqrt", "cosine", "constant", "linear")  # lra.training.optim builds each one
 OBJECTIVES = ("classify", "denoise")  # lra.training.steps and lra.training.pretrain
 
 
@@ -65,12 +65,12 @@ TABLE: dict[str, Option] = {
     "eval_batch_size": Option(32, s.Int(1), "global batch for validation and test",
                               ignored=True),
     "num_train_steps": Option(5000, s.Int(1), "training steps (a resume may add more)",
-                              resume=True, fixed_under=("cosine",)),
+                              resume=True, fixed_under=("cosine", "linear")),
     # A limit that ended the run shows as `stopped_early` in results.json.
     "max_train_time_s": Option(0.0, s.Float(0.0), "training seconds (over resumes), then end "
                                "as at the last step; 0 = no limit", resume=True, ignored=True),
     "schedule": Option("rsqrt", s.Choice(SCHEDULES), '"rsqrt" (warmup then 1/sqrt(t)), '
-                       '"cosine" or "constant"'),
+                       '"cosine", "constant" or "linear" (warmup then linear decay to 0)'),
     "learning_rate": Option(0.05, s.Float(0.0, open="low"), "peak factor of the schedule"),
     "ssm_learning_rate": Option(0.0, s.Float(0.0), "peak for a state-space mixer's "
                                 "OPTIMIZER_GROUP (its step size, A, B: no weight decay); 0 = "
