@@ -3,20 +3,22 @@
   python eval.py accuracy runs/ [--speed=eval_out/speed.json] [--out=eval_out]
   python eval.py speed [--models=transformer] [--lengths=1024,2048,3072,4096] [--batch=32]
                        [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
-                       [--set KEY=VALUE ...]
+                       [--set KEY=VALUE ...] [--import=MODULE ...]
 
 `accuracy` reads the results.json of finished runs (a folder of many runs will do) and writes
 accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json). `speed` measures the real
 train step of every model at every length, each in a fresh process, and writes
 speed.{md,csv,json} and scaling.png. `--set` overrides any config.model field for every model
 (after the size flags; values are Python literals), e.g. `--set reversible=True --set
-num_layers=12`, or a mixer setting as `--set attention.NAME=VALUE`.
+num_layers=12`, or a mixer setting as `--set attention.NAME=VALUE`. `--import=MODULE`
+(repeatable; or LRA_IMPORT=MODULE,...) imports a module of your own that registers a mixer,
+so that `speed` measures it beside the others; `accuracy` accepts it too.
 """
 import argparse
 import json
 import sys
 
-from lra import cli, measuring, paths
+from lra import cli, measuring, paths, plugins
 from lra.errors import UserError, run_command
 from lra.references import paper_configs
 from lra.reporting import accuracy, files, markdown, results, speed
@@ -54,6 +56,7 @@ def _writable_folder(out: str) -> None:
 
 def _accuracy(args) -> None:
   from lra.reporting import charts
+  plugins.import_modules(args.imports)  # a module that cannot be imported is refused here too
   _writable_folder(args.out)
   for path in args.runs:  # a typo must not silently leave a folder of runs out
     if not paths.resolve(path).exists():
@@ -113,17 +116,11 @@ def _lengths(text: str) -> list[int]:
 
 
 def _check_models(models: list[str], lengths: list[int], batch: int, size: dict, dtype: str,
-                  sets: dict, imports: list[str]) -> None:
+                  sets: dict) -> None:
   """Builds every (model, length) config as the measuring process will (no JAX device is
   touched): a bad name or setting is one line before anything is measured."""
-  import importlib
   from lra import models as model_lib
   from lra.data.tasks import FACTS
-  for module in imports:
-    try:
-      importlib.import_module(module)
-    except ModuleNotFoundError as e:
-      raise UserError(f"--import={module}: {e}") from None
   text = FACTS["text"]  # the measured task
   for model in models:
     for length in lengths:
@@ -141,13 +138,15 @@ def _speed(args) -> None:
   from lra.models import registry
   _writable_folder(args.out)
   _positive(args, ("batch", "repeats", "timeout", *measuring.TEXT_BASE_SIZE))
+  # Before the registry is asked: their mixers are measured (all of them without --models).
+  imports = plugins.portable(plugins.import_modules(args.imports))
   models = [m.strip() for m in args.models.split(",")] if args.models else registry.names()
   if not all(models) or len(set(models)) < len(models):
     raise UserError(f"--models={args.models}: give distinct model names, comma separated")
   lengths = _lengths(args.lengths)
   size = {k: getattr(args, k) for k in measuring.TEXT_BASE_SIZE}
   sets = cli.parse_sets(args.sets)
-  _check_models(models, lengths, args.batch, size, args.dtype, sets, args.imports)
+  _check_models(models, lengths, args.batch, size, args.dtype, sets)
   machine = measuring.machine_in_fresh_process(args.dtype)
   machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype)
   print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "
@@ -156,7 +155,7 @@ def _speed(args) -> None:
   for model in models:
     for length in lengths:
       row = measuring.run_in_fresh_process(model, length, args.batch, size, args.dtype,
-                                           args.repeats, args.timeout, tuple(args.imports),
+                                           args.repeats, args.timeout, tuple(imports),
                                            tuple(args.sets))
       row["matmul_peak_flops_per_s"] = machine["matmul_peak_flops_per_s"]
       rows.append(row)
@@ -185,6 +184,8 @@ def parser() -> argparse.ArgumentParser:
   a.add_argument("--speed", help="a speed.json, for the accuracy-speed-memory bubble chart")
   a.add_argument("--average", default="avg5", choices=("avg5", "avg6", *TASKS),
                  help="the chart's accuracy: avg5, avg6, or one task's name")
+  plugins.add_flag(a, " (accepted as by every command; the tables need no model code: a "
+                      "model outside models/ is marked not comparable with the paper)")
   a.set_defaults(run=_accuracy)
   s = sub.add_parser("speed", help="steps/s and memory of the train step against length")
   s.add_argument("--models", default="", help="comma separated (grid aliases such as "
@@ -196,8 +197,7 @@ def parser() -> argparse.ArgumentParser:
   s.add_argument("--dtype", default="float32", help="compute dtype, e.g. bfloat16 on a GPU")
   s.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is kept")
   s.add_argument("--timeout", type=float, default=1800, help="seconds per (model, length)")
-  s.add_argument("--import", dest="imports", action="append", default=[],
-                 help="a module to import in each measuring process (registers a new mixer)")
+  plugins.add_flag(s, ", imported in each measuring process too")
   s.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                  help="override a config.model field for every model, after the size flags "
                       "(repeatable), e.g. --set reversible=True --set num_layers=12")

@@ -11,7 +11,7 @@ import os
 import shlex
 
 from lra.configs.published.mega import CHUNK_SIZES
-from lra import INSTALLED, PACKAGE_ROOT, cli, paths
+from lra import INSTALLED, PACKAGE_ROOT, cli, paths, plugins
 from lra.errors import UserError
 
 # --protocol: how each cell trains. spt (self-pretraining, Amos et al. 2024): a denoise run on
@@ -165,6 +165,8 @@ def plan(args) -> list[Run]:
   every --set key checked first: a mistake is one line before anything runs."""
   from lra.data.tasks import NAMES
   from lra.models import registry
+  # Outside mixers register first (--import, LRA_IMPORT); every run imports them too.
+  imports = tuple(f"--import={spec}" for spec in plugins.import_modules(args.imports))
   if args.preset not in PRESETS:
     raise UserError(f"--preset={args.preset!r}: give one of {', '.join(PRESETS)}")
   tasks = _names(args.tasks, "tasks", list(NAMES))
@@ -192,7 +194,7 @@ def plan(args) -> list[Run]:
                                          _workdir(args.root, task, model, args.preset, seed)):
       items = mine + stage
       expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in items}}
-      command = ("python", *train, config, f"--workdir={workdir}",
+      command = ("python", *train, *imports, config, f"--workdir={workdir}",
                  *(f"--config.{k}={v}" for k, v in items))
       runs.append(Run(task, model, workdir, command, tuple(expect.items()), after))
   return runs

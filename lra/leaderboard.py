@@ -2,7 +2,7 @@
 
   python -m lra.leaderboard --models=transformer,performer --tasks=listops,image --preset=cpu
                             [--root=runs/leaderboard] [--set KEY=VALUE ...] [--seeds=0,1,2]
-                            [--print_commands] [--slurm=FILE]
+                            [--import=MODULE ...] [--print_commands] [--slurm=FILE]
 
 Each (task, model) is one `python train.py --config=configs/TASK.py:MODEL[,PRESET]
 --workdir=ROOT/TASK/MODEL[-PRESET]` run in its own process, one after another: a finished run
@@ -29,6 +29,10 @@ fine-tune from its encoder (--config.init_from=that workdir, workdir ..._spt), w
 once the pretraining finished; the table lists the fine-tunes as MODEL (SPT) rows.
 --print_commands prints the train.py command of every run and --slurm=FILE writes a SLURM array
 script of them; neither runs anything.
+--import=MODULE (repeatable; or LRA_IMPORT=MODULE,...): a module of your own that registers a
+mixer, imported here before --models is read and passed on to every run's train.py command
+(printed and SLURM commands included). Its rows are marked not comparable with the paper:
+this repository has no paper-comparable config of a model outside models/.
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ import signal
 import sys
 import time
 
-from lra import config_record, paths
+from lra import config_record, paths, plugins
 from lra.errors import UserError, run_command
 from lra.grid_plan import ALIASES, Run, array_tasks, plan, slurm_script
 
@@ -258,6 +262,7 @@ def parser() -> argparse.ArgumentParser:
                  help="run every cell once per seed (config.seed); the table: mean +- std")
   p.add_argument("--protocol", default="scratch", metavar="scratch|spt",
                  help="spt: each cell is a denoise pretraining, then a fine-tune from it")
+  plugins.add_flag(p, ", passed on to every run")
   p.add_argument("--print_commands", action="store_true",
                  help="print one train.py command per run; run nothing")
   p.add_argument("--slurm", metavar="FILE", help="write a SLURM array script; run nothing")

@@ -9,7 +9,6 @@ the device and its matmul peak. A command, so it loads configs/ (the library doe
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import subprocess
@@ -18,7 +17,7 @@ import traceback
 from typing import Any
 
 from lra.configs import table, text
-from lra import cli, grid_plan
+from lra import cli, grid_plan, plugins
 from lra.reporting import benchmark
 
 # The Text base model of the original repository (configs/table.py).
@@ -54,9 +53,10 @@ def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, in
   command = [sys.executable, "-m", _CHILD, "--one", "--model", model,
              "--length", str(length), "--batch", str(batch), "--dtype", dtype,
              "--repeats", str(repeats), "--size", json.dumps(size)]
-  command += [f"--import={module}" for module in imports]
+  command += [f"--import={module}" for module in imports]  # as plugins.portable gives them
   command += [f"--set={item}" for item in sets]
-  env = {**os.environ, "PYTHONPATH": _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+  env = plugins.child_environment()  # the modules are the flags; the caller's folder searched
+  env["PYTHONPATH"] = _ROOT + os.pathsep + env["PYTHONPATH"]
   try:
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,
                           cwd=_ROOT)
@@ -92,8 +92,7 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--dtype", default="float32")
   p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--size", default=json.dumps(TEXT_BASE_SIZE))
-  p.add_argument("--import", dest="imports", action="append", default=[],
-                 help="a module to import first (one that registers a new mixer)")
+  plugins.add_flag(p)
   p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                  help="override a config.model field after --size (repeatable)")
   return p
@@ -110,8 +109,7 @@ def main(argv=None) -> None:
   if not (args.one and args.model and args.length and args.batch):
     p.error("--one needs --model, --length and --batch")
   try:
-    for module in args.imports:
-      importlib.import_module(module)
+    plugins.import_modules(args.imports)
     config = measured_config(args.model, args.length, args.batch, json.loads(args.size),
                              args.dtype, cli.parse_sets(args.sets))
     row = {**benchmark.measure(config, args.repeats), "model": args.model}  # an alias's name

@@ -3,7 +3,9 @@
   python train.py --config=configs/listops.py:transformer,cpu --workdir=runs/listops_cpu
 
 Overrides: --config.model.num_layers=2 (a key the config lacks is an error). Running the same
-command again resumes from the last checkpoint in --workdir.
+command again resumes from the last checkpoint in --workdir. --import=MODULE (repeatable, or
+the environment variable LRA_IMPORT) imports a module of your own before the config is loaded,
+so a mixer it registers can be named: --import=my_attention --config=configs/listops.py:NAME.
 """
 import logging as py_logging
 import os
@@ -25,6 +27,11 @@ _ALLOW_CONFIG_CHANGE = flags.DEFINE_bool(
     "allow_config_change", False,
     "Resume the run in --workdir although settings that change its result differ from those "
     "its checkpoints were made with, or it diverged (recorded in results.json).")
+# Read before absl parses the command line (_parse_flags): the config, loaded while the flags
+# are parsed, asks the registry for the model. Defined so that absl accepts and lists it.
+flags.DEFINE_multi_string("import", [], "A module (dotted name, or a .py file) to import "
+                          "first: one that registers a mixer of your own (repeatable; also "
+                          "the environment variable LRA_IMPORT, comma separated).")
 _MULTIHOST = flags.DEFINE_bool("multihost", False,
                                "Call jax.distributed.initialize() with the cluster's "
                                "auto-detected settings (TPU pods, SLURM, ...).")
@@ -79,7 +86,12 @@ def _config_anywhere(argv: list[str]) -> list[str]:
 
 def _parse_flags(argv):
   """absl's parser; a bad command line or config is one line, a bug keeps its traceback."""
+  from lra import plugins
   from lra.errors import UserError
+  try:  # before the config is loaded: it checks the model's name against the registry
+    plugins.import_modules(plugins.flag_values(argv[1:]))
+  except UserError as e:
+    _fail(str(e))
   argv = _config_anywhere(argv)
   if len(_config_specs(argv)) > 1:  # absl would fail with its internals
     _fail(f"--config is given {len(_config_specs(argv))} times; give it once (change single "

@@ -6,8 +6,9 @@ the mixers of models/ by reading the source (ast), without importing them: a mix
 and with it JAX, is imported only when `get` (or `make`) asks for that name. `user_settings`
 and `default_settings` read the class's fields statically too, and `takes_attention_dropout`,
 `encoder_settings`, `settings_when` and `gated_residual` its class constants, so loading a
-config imports no JAX. A mixer registered at run time (a test's, or one `eval.py speed
---import FILE` loads) is looked up from its class.
+config imports no JAX. A mixer registered at run time (outside code that a command's `--import`
+loads, or a test's) is looked up from its class; `make`, `make_shared` and `user_settings` also
+take an unregistered mixer class (lra.testing.check_mixer checks one).
 """
 from __future__ import annotations
 
@@ -191,25 +192,36 @@ def names() -> list[str]:
   return sorted(set(_index()) | set(_MIXERS))
 
 
+def in_repository(name: str) -> bool:
+  """Whether mixer `name` is one of models/ (and so has the task configs' per-model choices);
+  False for one registered at run time (outside code)."""
+  return name in _index()
+
+
 def get(name: str) -> type:
   """The mixer class `name`, importing its module on first use."""
   if name not in _MIXERS and name in _index():
     importlib.import_module(f"lra.models.{_index()[name][0]}")  # its decorator registers it
   if name not in _MIXERS:
     raise SettingError(f"config.model.name={name!r} is not a model; valid models: "
-                       f"{', '.join(names())}")
+                       f"{', '.join(names())} (a mixer of your own: --import=YOUR_MODULE)")
   return _MIXERS[name]
 
 
-def _fields(name: str) -> dict[str, Any]:
-  """name -> default (or _MISSING) of every field of mixer `name`."""
-  if name in _index():  # a mixer of models/: read from its source, nothing imported
-    return _static_fields(*_index()[name])
+def _class(mixer: str | type) -> type:
+  """The class of `mixer`: a registered name, or a mixer class itself."""
+  return mixer if isinstance(mixer, type) else get(mixer)
+
+
+def _fields(mixer: str | type) -> dict[str, Any]:
+  """name -> default (or _MISSING) of every field of `mixer` (a name or a class)."""
+  if isinstance(mixer, str) and mixer in _index():  # of models/: read from its source
+    return _static_fields(*_index()[mixer])
   return {f.name: (f.default if f.default is not dataclasses.MISSING else _MISSING)
-          for f in dataclasses.fields(get(name)) if f.init}
+          for f in dataclasses.fields(_class(mixer)) if f.init}
 
 
-def user_settings(name: str) -> list[str]:
+def user_settings(name: str | type) -> list[str]:
   """The settings of mixer `name` that a config may set in `model.attention`."""
   return [k for k in _fields(name) if k not in _NOT_SETTINGS]
 
@@ -220,35 +232,36 @@ def default_settings(name: str) -> dict[str, Any]:
   return {k: fields[k] for k in user_settings(name) if fields[k] is not _MISSING}
 
 
-def make_shared(mixer: str, settings: dict[str, Any], **encoder_fields: Any):
+def make_shared(mixer: str | type, settings: dict[str, Any], **encoder_fields: Any):
   """The module whose parameters every block's mixer shares, or None.
 
   A mixer class may define `make_shared(settings, **encoder_fields)`; the encoder calls this
   inside its own scope, so the module's parameters live once, in the encoder, and each block's
   mixer receives it as its `shared` field.
   """
-  hook = getattr(get(mixer), "make_shared", None)
+  hook = getattr(_class(mixer), "make_shared", None)
   return hook(dict(settings), **encoder_fields) if hook else None
 
 
-def check_settings(mixer: str, names) -> None:
+def check_settings(mixer: str | type, names) -> None:
   """Raises SettingError if `mixer` is not a model or takes no setting of one of `names`
   (the keys of config.model.attention), listing the settings it takes."""
   valid = user_settings(mixer)  # an unknown mixer: SettingError listing the valid ones
   unknown = sorted(set(names) - set(valid))
   if unknown:
+    name = getattr(mixer, "__name__", mixer)  # a class: its own name
     raise SettingError(
-        f"model {mixer!r} does not take setting(s) {', '.join(unknown)} in "
+        f"model {name!r} does not take setting(s) {', '.join(unknown)} in "
         f"config.model.attention; it takes: {', '.join(valid) or 'no settings'}")
 
 
-def make(mixer: str, settings: dict[str, Any], *, length: int | None = None,
+def make(mixer: str | type, settings: dict[str, Any], *, length: int | None = None,
          **encoder_fields: Any):
   """Builds `mixer` with the user's `settings` plus the encoder's fields; constructing it
   checks every setting (models/common.py), and with `length` (the longest sequence the mixer
   will see) also the rules that need it. A setting the mixer does not take is an error naming
   the ones it does take."""
-  cls = get(mixer)
+  cls = _class(mixer)
   check_settings(mixer, settings)
   declared = {f.name for f in dataclasses.fields(cls)}
   given = {k: v for k, v in encoder_fields.items() if k in declared or k == "name"}

@@ -1,6 +1,8 @@
 """What the model tests share: tiny settings for every mixer, one-shot compiles, padded inputs,
 independent references (masked softmax attention, a sequential linear recurrence) and the
-jaxpr shape walk. Nothing here imports a mixer's code: references stay independent of it."""
+jaxpr shape walk. The one-shot compiles, the contract's masks and the shape walk are
+lra.testing's (where the mixer contract lives), imported here. Nothing here imports a mixer's
+code: references stay independent of it."""
 from __future__ import annotations
 
 import jax
@@ -8,6 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra.models import registry
+# The contract's pieces, shared with the tests of single mixers (one implementation).
+from lra.testing import (array_shapes, compile_once, contract_mask,  # noqa: F401
+                         length_squared_shapes, noise_where_padded, run_once)
 
 # Tiny settings per mixer (config.model.attention), the one table the contract test and
 # tiny_model() read. Block, chunk and segment sizes are 4 and projection sizes small, so the
@@ -57,16 +62,6 @@ def tiny_model(name: str, **overrides) -> dict:
   return model
 
 
-def run_once(fn, *args):
-  """Compiles fn once (XLA backend optimisation off: each graph runs once) and runs it."""
-  return compile_once(fn, *args)(*args)
-
-
-def compile_once(fn, *args):
-  """The compiled fn for these arguments, at the cheapest XLA optimisation level."""
-  return jax.jit(fn).lower(*args).compile({"xla_backend_optimization_level": 0})
-
-
 # --- masks and padded inputs (True = a real token) ---
 
 def trailing_mask(lengths, length: int) -> np.ndarray:
@@ -88,16 +83,6 @@ def random_mask(rng, batch: int, length: int, *, full_first: bool = True,
   return mask
 
 
-def contract_mask(length: int, short: int) -> np.ndarray:
-  """4xL: full; trailing padding after `short`; a hole at 2 (when L > 2); all padding."""
-  mask = np.ones((4, length), bool)
-  mask[1, short:] = False
-  if length > 2:
-    mask[2, 2] = False
-  mask[3] = False
-  return mask
-
-
 def padded_inputs(length: int, width: int, seed: int = 0, batch: int = 3):
   """Random BxLxD inputs and a numpy mask: one full row, one with trailing padding after 4 (as
   LRA pads), one with a hole at 2; and the generator, for noise."""
@@ -115,12 +100,6 @@ def padded_tokens(vocab: int, length: int, seed: int = 0, batch: int = 3):
   tokens[1, 7:] = 0
   tokens[2, 3] = 0
   return jnp.asarray(tokens, jnp.int32)
-
-
-def noise_where_padded(x_BxLxD, mask_BxL, rng, scale: float = 100.0):
-  """x with large random values at the padded positions (what must not leak)."""
-  noise = jnp.asarray(rng.normal(size=x_BxLxD.shape) * scale, x_BxLxD.dtype)
-  return jnp.where(jnp.asarray(mask_BxL)[..., None], x_BxLxD, noise)
 
 
 # --- independent references ---
@@ -216,26 +195,3 @@ def perturb(tree, seed: int = 9, scale: float = 0.1):
   keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
   return jax.tree_util.tree_unflatten(
       treedef, [x + scale * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
-
-
-# --- the traced program ---
-
-def array_shapes(jaxpr):
-  """Every intermediate shape in a jaxpr, nested calls included (scan, cond, remat, pjit,
-  custom_vjp bodies: any parameter that is or holds a (closed) jaxpr)."""
-  for eqn in jaxpr.eqns:
-    for var in eqn.outvars:
-      yield tuple(getattr(var.aval, "shape", ()))
-    for value in eqn.params.values():
-      for sub in value if isinstance(value, (list, tuple)) else [value]:
-        inner = getattr(sub, "jaxpr", sub)
-        if hasattr(inner, "eqns"):
-          yield from array_shapes(inner)
-
-
-def length_squared_shapes(fn, *args, length: int) -> list:
-  """The shapes in fn's traced program (forward and whatever fn differentiates) that have two
-  or more axes of at least `length` (a mixer may pad the length up to whole blocks first).
-  Pick a length that no other dimension reaches."""
-  jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
-  return sorted({s for s in array_shapes(jaxpr) if sum(d >= length for d in s) >= 2})

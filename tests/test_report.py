@@ -165,12 +165,15 @@ def test_accuracy_markdown_csv_and_json(sweep):
 
 
 def test_extra_model_without_paper_figures(tmp_path):
+  """A model the paper lacks gets its row; a run of a model this repository has no config of
+  is marked, as any toy run is, though there is no paper figure to keep it from."""
   _write_run(tmp_path, "s4_listops", "s4", "listops", 0.55, 0.5)
   found = results.collect_results([str(tmp_path)], references=paper_configs)
   table = accuracy.accuracy_table(found, references=paper_configs, include_paper_models=False)
   assert [r["model"] for r in table["rows"]] == ["s4"]
   md = markdown.accuracy_markdown(table)
-  assert "| s4 | 55.0 | - |" in md
+  assert "| s4 | 55.0* | - |" in md
+  assert "no paper-comparable config of model 's4'" in md
 
 
 def test_chunked_transformer_gets_a_row_of_its_own(tmp_path):

@@ -113,9 +113,9 @@ def accuracy_table(results: list[dict], *, references: comparable.References,
       figure = _ours(result) if result else {"ours": None}  # std and n only with a run
       ours = figure["ours"]
       paper_value = paper.get(task) if paper else None
-      # Compared with the paper only on its full data and its config; otherwise marked.
-      why_not = (comparable.differences(result, references) if result and paper_value is not None
-                 else [])
+      # Compared with the paper only on its full data and its config; otherwise marked, also
+      # where the paper has no figure (a model it lacks, or one from outside models/).
+      why_not = comparable.differences(result, references) if result else []
       cells[task] = {
           **figure,
           "paper": paper_value,

@@ -43,7 +43,8 @@ def _config_differences(result: dict, references: References) -> list[str]:
   mixer = result.get("mixer", result["model"])
   refs = references(result["task"], mixer)
   if not refs:
-    return [f"this repository has no config of model {mixer!r}"]
+    return [f"no paper-comparable config of model {mixer!r} (it is not one of this "
+            f"repository's models/)"]
   ours = config_record.flat(recorded)
   best = None
   for option, ref in refs:

@@ -1,0 +1,168 @@
+"""A mixer from outside the repository, through the public commands only (README, "Adding a
+model"): a researcher's own folder holds `my_attention.py`, which registers "relu_linear";
+`--import` (or LRA_IMPORT) brings it to train.py, the leaderboard and eval.py speed, their own
+pytest runs lra.testing.check_mixer on it, and its table row is marked not comparable with the
+paper. A module that cannot be found is one line; an error inside the module keeps its
+traceback. Each command runs in a subprocess, so the pytest process never registers it."""
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The outside mixer: normalised linear attention with a ReLU feature map, O(L).
+MY_ATTENTION = '''\
+"""ReLU linear attention: relu(q) (sum_j relu(k_j) v_j^T) / (relu(q) sum_j relu(k_j))."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from lra.models import registry
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
+
+
+@registry.register("relu_linear")
+class ReluLinearAttention(HeadsMixer):
+  eps: float = 1e-6  # keeps a row with no real key finite
+
+  SUBQUADRATIC = True
+  ATTENTION_DROPOUT = False
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype)(x_BxLxD)
+    keep_BxLx1x1 = mask_BxL[:, :, None, None].astype(jnp.float32)
+    q = jax.nn.relu(q.astype(jnp.float32))
+    k = jax.nn.relu(k.astype(jnp.float32)) * keep_BxLx1x1
+    state_BxHxKxV = jnp.einsum("blhk,blhv->bhkv", k, v.astype(jnp.float32))
+    norm_BxLxH = jnp.einsum("blhk,bhk->blh", q, k.sum(1)) + self.eps
+    y = jnp.einsum("blhk,bhkv->blhv", q, state_BxHxKxV) / norm_BxLxH[..., None]
+    return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y.astype(v.dtype))
+'''
+# The researcher's own test of it.
+TEST_MY_ATTENTION = '''\
+import lra.testing
+import my_attention  # registers "relu_linear"
+
+
+def test_relu_linear_meets_the_mixer_contract():
+  lra.testing.check_mixer("relu_linear")
+'''
+# The grid's runs: a tiny model, 3 steps.
+TINY = ["num_train_steps=3", "eval_every=3", "checkpoint_every=3", "log_every=1",
+        "batch_size=8", "eval_batch_size=8", "model.num_layers=1", "model.emb_dim=16",
+        "model.qkv_dim=16", "model.mlp_dim=16", "model.num_heads=2", "progress=False",
+        "compilation_cache_dir=", "data.max_len=40", "data.generate_if_missing=False"]
+# XLA's cheapest compile: these runs are all compiling and hardly any training.
+XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+
+
+@pytest.fixture
+def folder(tmp_path):
+  """The researcher's own folder, outside the repository, with their module and test."""
+  (tmp_path / "my_attention.py").write_text(MY_ATTENTION)
+  (tmp_path / "test_my_attention.py").write_text(TEST_MY_ATTENTION)
+  return tmp_path
+
+
+def _run(*args, cwd, env=None, xla_flags=XLA_FLAGS):
+  """python ARGS in `cwd`, with the repository on PYTHONPATH (as an installed lra would be)."""
+  mine = {k: v for k, v in os.environ.items() if k != "LRA_IMPORT"}  # only what a test sets
+  env = {**mine, "PYTHONPATH": ROOT, "XLA_FLAGS": xla_flags, "JAX_PLATFORMS": "cpu",
+         **(env or {})}
+  return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                        text=True, timeout=600)
+
+
+def _error_line(proc) -> str:
+  lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+  assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  return lines[0]
+
+
+def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_dir):
+  """The grid's printed command (train.py --import) trains it; the grid with --import then
+  finds that run finished and tables it, marked not comparable with the paper."""
+  grid = ["-m", "lra.leaderboard", "--import=my_attention", "--models=relu_linear",
+          "--tasks=listops", "--preset=cpu", "--root=grid",
+          *[a for item in TINY + [f"data.data_dir={listops_dir}"] for a in ("--set", item)]]
+  printed = _run(*grid, "--print_commands", cwd=folder)
+  assert printed.returncode == 0, printed.stderr[-3000:]
+  (command,) = printed.stdout.splitlines()
+  argv = shlex.split(command)
+  assert argv[2] == "--import=my_attention" and argv[3].endswith("listops.py:relu_linear,cpu")
+
+  trained = _run(*argv[1:], cwd=folder)  # as the grid runs it: python train.py --import=...
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  assert "test accuracy" in trained.stdout
+  run = folder / "grid" / "listops" / "relu_linear-cpu"
+  assert json.loads((run / "results.json").read_text())["num_train_steps"] == 3
+
+  tabled = _run(*grid, cwd=folder)
+  assert tabled.returncode == 0, tabled.stdout[-2000:] + tabled.stderr[-2000:]
+  assert "[1/1] listops/relu_linear-cpu: skipped, finished before" in tabled.stdout
+  table = json.loads((folder / "grid" / "table" / "accuracy.json").read_text())
+  (row,) = [r for r in table["rows"] if r["model"] == "relu_linear"]
+  why = row["cells"]["listops"]["not_comparable"]
+  assert any("no paper-comparable config of model 'relu_linear'" in w for w in why), why
+  markdown = (folder / "grid" / "table" / "accuracy.md").read_text()
+  assert f"| relu_linear | {row['cells']['listops']['ours']:.1f}* |" in markdown
+
+
+def test_speed_cell_by_the_environment_variable(folder, tmp_path):
+  """LRA_IMPORT=FILE.py (as a scheduler would set it) brings it to eval.py speed and to the
+  measuring process, which runs in another folder."""
+  out = tmp_path / "speed"
+  proc = _run(os.path.join(ROOT, "eval.py"), "speed", "--models=relu_linear",
+              "--lengths=16", "--batch=2", "--emb_dim=16", "--qkv_dim=16", "--mlp_dim=32",
+              "--num_heads=2", "--num_layers=1", "--repeats=1", f"--out={out}", cwd=folder,
+              env={"LRA_IMPORT": "./my_attention.py"}, xla_flags="")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = {r["model"]: r for r in json.loads((out / "speed.json").read_text())["rows"]}
+  assert rows["relu_linear"]["status"] == "ok", rows["relu_linear"]
+  assert rows["relu_linear"]["steps_per_s"] > 0
+  assert "| relu_linear |" in (out / "speed.md").read_text()
+
+
+def test_its_own_pytest_runs_the_mixer_contract(folder):
+  proc = _run("-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_attention.py",
+              cwd=folder, env={"PYTHONPATH": os.pathsep.join([ROOT, str(folder)])})
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+  assert "1 passed" in proc.stdout
+
+
+COMMANDS = {
+    "train": [os.path.join(ROOT, "train.py"), "--config=configs/listops.py:relu_linear,cpu",
+              "--workdir=run"],
+    "leaderboard": ["-m", "lra.leaderboard", "--models=relu_linear", "--tasks=listops",
+                    "--preset=cpu", "--print_commands"],
+    "speed": [os.path.join(ROOT, "eval.py"), "speed", "--models=relu_linear"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_module_that_cannot_be_imported_is_one_line(command, folder):
+  args = COMMANDS[command]
+  line = _error_line(_run(*args, "--import=no_such_module", cwd=folder))
+  assert "--import=no_such_module: no module named 'no_such_module'" in line
+  assert "PYTHONPATH" in line and str(folder) in line  # where it was looked for
+  line = _error_line(_run(*args, "--import=/missing/file.py", cwd=folder))
+  assert "--import=/missing/file.py: no such file" in line
+  line = _error_line(_run(*args, cwd=folder, env={"LRA_IMPORT": "my_attention,no_such_module"}))
+  assert "LRA_IMPORT=no_such_module: no module named 'no_such_module'" in line
+
+
+def test_an_error_inside_the_module_keeps_its_traceback(folder):
+  """The user's module found, but broken (it imports a package that is missing): a bug, with
+  its traceback, never the one-line 'no module' message."""
+  (folder / "broken_attention.py").write_text("import no_such_dependency\n")
+  proc = _run(*COMMANDS["train"], "--import=broken_attention", cwd=folder)
+  assert proc.returncode != 0
+  assert not any(l.startswith("error:") for l in proc.stderr.splitlines()), proc.stderr[-2000:]
+  assert "Traceback" in proc.stderr and "broken_attention.py" in proc.stderr
+  assert "No module named 'no_such_dependency'" in proc.stderr
