@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import importlib
 import pathlib
@@ -231,9 +232,12 @@ def check_settings(mixer: str, names) -> None:
   valid = user_settings(mixer)  # an unknown mixer: SettingError listing the valid ones
   unknown = sorted(set(names) - set(valid))
   if unknown:
+    # A near miss (query_chunks for query_chunk) gets the name it was probably meant to be.
+    near = [m for name in unknown for m in difflib.get_close_matches(name, valid, n=1)]
+    hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
     raise SettingError(
         f"model {mixer!r} does not take setting(s) {', '.join(unknown)} in "
-        f"config.model.attention; it takes: {', '.join(valid) or 'no settings'}")
+        f"config.model.attention{hint}; it takes: {', '.join(valid) or 'no settings'}")
 
 
 def make(mixer: str, settings: dict[str, Any], *, length: int | None = None,
