@@ -49,6 +49,8 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   c.task = ""                    # task name (lra.data.tasks)
   options.fill(c, ["seed"])      # the seed first: lra/training/options.py
   c.data = ml_collections.ConfigDict()  # task-specific, filled by the task config
+  # (a relative data.data_dir is a folder of the data home, lra/data/home.py: $LRA_DATA_DIR,
+  # else the checkout's root, else ~/lra_data; the data commands print the folder they write)
 
   c.model = ml_collections.ConfigDict()
   c.model.name = model           # the token mixer (models.registry), e.g. "transformer"

@@ -133,6 +133,23 @@ class _NoOrbaxInfo(py_logging.Filter):
             or f"{os.sep}orbax{os.sep}" not in record.pathname)
 
 
+class _NoBackendProbe(py_logging.Filter):
+  """Drops JAX's INFO line about each platform it could not start ("Unable to initialize
+  backend 'tpu': ... libtpu.so ..."), which came before every message on a machine without
+  that platform; xla_bridge's warnings (a GPU found without its CUDA plugin, ...) pass."""
+
+  def filter(self, record):
+    return (record.levelno >= py_logging.WARNING
+            or not str(record.msg).startswith("Unable to initialize backend"))
+
+
+def _quiet_backend_probe() -> None:
+  """Before JAX starts its backends (the first jax.devices() or process_index()), unless the
+  user asked for a verbosity."""
+  if not flags.FLAGS["verbosity"].present:
+    py_logging.getLogger("jax._src.xla_bridge").addFilter(_NoBackendProbe())
+
+
 def _quiet_logs(config) -> None:
   """Without -v/--verbosity: no Orbax INFO lines, and only warnings from processes other than
   0 (unless config.log_all_processes). An explicit verbosity is left as the user set it."""
@@ -157,6 +174,7 @@ def _exit_on_fault(message: str) -> None:
 def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  _quiet_backend_probe()
   import jax  # after flag parsing, so a bad command line fails fast
   from lra.errors import UserError, environment_fault
   from lra.training import faults, preemption, profiling, trainer

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import importlib
 import pathlib
@@ -250,9 +251,12 @@ def check_settings(mixer: str | type, names) -> None:
   unknown = sorted(set(names) - set(valid))
   if unknown:
     name = getattr(mixer, "__name__", mixer)  # a class: its own name
+    # A near miss (query_chunks for query_chunk) gets the name it was probably meant to be.
+    near = [m for u in unknown for m in difflib.get_close_matches(u, valid, n=1)]
+    hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
     raise SettingError(
         f"model {name!r} does not take setting(s) {', '.join(unknown)} in "
-        f"config.model.attention; it takes: {', '.join(valid) or 'no settings'}")
+        f"config.model.attention{hint}; it takes: {', '.join(valid) or 'no settings'}")
 
 
 def make(mixer: str | type, settings: dict[str, Any], *, length: int | None = None,

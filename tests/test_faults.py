@@ -252,6 +252,10 @@ def test_ctrl_c_finishes_the_step_saves_and_says_so_in_one_line(listops_dir, tmp
        "--config.checkpoint_every=1000"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
       stderr=subprocess.PIPE, text=True)
   first = proc.stdout.readline()
+  # checkpoint_every above num_train_steps (so only Ctrl-C saves) is warned about first.
+  assert first.startswith("warning: config.num_train_steps=300 is at or below "
+                          "config.checkpoint_every=1000"), first + proc.stderr.read()[-3000:]
+  first = proc.stdout.readline()
   assert first.startswith("step 3/"), first + proc.stderr.read()[-3000:]
   proc.send_signal(signal.SIGINT)
   _, err = proc.communicate(timeout=300)

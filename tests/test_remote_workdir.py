@@ -114,3 +114,17 @@ def test_remote_data_dir_is_refused_in_one_line(listops_dir, tmp_path):
   config.data.data_dir = "gs://lra-bucket/data/listops"
   with pytest.raises(UserError, match="copy the data to local disk"):
     trainer.train_and_evaluate(config, str(tmp_path / "run"))
+
+
+def test_metrics_without_a_checkpoint_are_moved_aside_on_a_gs_workdir(bucket, capsys):
+  """A run starting from step 0 (issue 26) moves an earlier metrics.jsonl aside there too."""
+  from lra.training.writers import MetricWriter
+  run = bucket / "lra-bucket" / "runs" / "restarted"
+  run.mkdir(parents=True)
+  (run / "metrics.jsonl").write_text('{"step": 7, "kind": "train", "train_loss": 1.0}\n')
+  writer = MetricWriter("gs://lra-bucket/runs/restarted", 0)
+  writer.write(1, {"train_loss": 2.0})
+  writer.close()
+  assert (run / "metrics.old-1.jsonl").read_text().startswith('{"step": 7,')
+  assert [json.loads(l)["step"] for l in (run / "metrics.jsonl").read_text().splitlines()] == [1]
+  assert "metrics.old-1.jsonl" in capsys.readouterr().out

@@ -34,8 +34,6 @@ def _snapshot(workdir):
 
 
 @pytest.mark.parametrize("model, overrides, difference", [
-    # Its parameter shapes are the Transformer's: the checkpoints would restore.
-    ("linear_transformer", {}, "model.name 'transformer' -> 'linear_transformer'"),
     ("transformer", {"batch_size": 32, "eval_batch_size": 32}, "batch_size 16 -> 32"),
     ("transformer", {"learning_rate": 0.01}, "learning_rate 0.05 -> 0.01"),
 ])
@@ -54,6 +52,24 @@ def test_resume_with_settings_that_change_the_result_is_refused(
   assert difference in message and "num_train_steps" not in message, message
   assert "new --workdir" in message and "--allow_config_change" in message, message
   assert _snapshot(workdir) == before  # config.json, results, checkpoints: as they were
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_another_model_is_never_resumed_not_even_when_opted_in(listops_dir, finished, tmp_path,
+                                                               allow):
+  """Its parameter shapes are the Transformer's: the checkpoints would restore, so no flag may
+  let a Linear Transformer go on from them (issue 26)."""
+  workdir = tmp_path / "run"
+  shutil.copytree(finished, workdir)
+  before = _snapshot(workdir)
+  config = tiny_config(listops_dir, "linear_transformer", **{**STEPS, "num_train_steps": 10})
+  with pytest.raises(UserError) as error:
+    trainer.train_and_evaluate(config, str(workdir), allow_config_change=allow)
+  assert str(error.value) == (
+      f"{workdir} holds the run of model.name 'transformer' (see {workdir}/config.json), this "
+      f"config asks for model.name 'linear_transformer': its checkpoints cannot start a run of "
+      f"another model or task; pick a new --workdir")
+  assert _snapshot(workdir) == before
 
 
 def test_opted_in_and_observing_changes_are_recorded(listops_dir, finished, tmp_path):
@@ -118,6 +134,8 @@ def test_a_second_train_py_on_a_workdir_is_one_line(listops_dir, tmp_path):
                            stderr=subprocess.PIPE, text=True)
   try:
     line = first.stdout.readline()  # training has started
+    if line.startswith("warning: config.num_train_steps="):  # eval_every = num_train_steps
+      line = first.stdout.readline()
     assert line.startswith("step 1/"), line + first.stderr.read()[-3000:]
     second = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)

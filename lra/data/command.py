@@ -8,6 +8,10 @@ directory.
   python -m lra.data pathfinder --data_dir=data/pathfinder32 [--size=32] [--level=hard]
                                 [--num_images=200000 | --release_dir=PATH/lra_release]
   python -m lra.data pathx      (pathfinder with --size=128, data/pathfinder128)
+
+A relative --data_dir is a folder of the data home (lra.data.home: $LRA_DATA_DIR, else the
+checkout's root, else ~/lra_data), as training reads it; each command first prints the folder
+it writes and what it is about to write there.
 """
 from __future__ import annotations
 
@@ -15,9 +19,8 @@ import argparse
 import os
 
 import numpy as np
-import tqdm
 
-from lra.data import listops, pathfinder, record, store
+from lra.data import console, home, listops, pathfinder, record, store
 from lra.data.pathfinder_gen.params import LEVEL_FOLDERS, SIZES
 from lra.errors import UserError, run_command
 
@@ -45,10 +48,18 @@ def check_numbers(args) -> None:
 
 def _checked_run(args) -> None:
   check_numbers(args)
+  if args.data_dir is not None:  # pathfinder's default depends on --size
+    args.data_dir = home.resolve(args.data_dir)
   args.run(args)
 
 
+def _say(line: str) -> None:
+  print(line, flush=True)  # before the work starts, also into a log file
+
+
 def _listops(args) -> None:
+  plan = listops.plan({k: getattr(args, k) for k in listops.RELEASE_SETTINGS})
+  _say(f"generating ListOps: {plan} into {args.data_dir}")
   paths = listops.make_folder(  # only into an empty folder or one generated before
       args.data_dir, **{k: getattr(args, k) for k in listops.RELEASE_SETTINGS}, seed=args.seed,
       workers=args.workers or None)
@@ -73,6 +84,7 @@ def _source(args, first: str) -> dict:
 def _text(args) -> None:
   from lra.data import text
   _one_source(args, "imdb_tar")
+  _say(f"preparing Text from {args.imdb_tar or args.tfds_dir} into {args.data_dir}")
   # Both splits are read (and a damaged source refused) before anything is written.
   sources = {split: text.load_raw_imdb(args.imdb_tar, split) if args.imdb_tar else
              text.load_tfds_imdb(split, args.tfds_dir) for split in ("train", "test")}
@@ -84,7 +96,7 @@ def _text(args) -> None:
     for split, (texts, labels) in sources.items():
       with store.SplitWriter(args.data_dir, split, len(labels), {
           "inputs": ((args.max_len,), np.uint16), "labels": ((), np.int32)}) as writer:
-        for row, data in enumerate(tqdm.tqdm(texts, desc=f"text {split}", unit="review")):
+        for row, data in enumerate(console.bar(texts, desc=f"text {split}", unit="review")):
           writer[row] = {"inputs": text.encode_bytes(data, args.max_len), "labels": labels[row]}
       print(f"wrote {split}: {len(labels)} reviews to {args.data_dir}")
 
@@ -92,6 +104,7 @@ def _text(args) -> None:
 def _image(args) -> None:
   from lra.data import image
   _one_source(args, "cifar")
+  _say(f"preparing Image from {args.cifar or args.tfds_dir} into {args.data_dir}")
   if args.cifar:
     train = image.load_raw_cifar10(args.cifar, "train")
     cut = int(round(len(train[1]) * 0.9))  # as TFDS's train[:90%] / train[90%:]
@@ -111,6 +124,7 @@ def _image(args) -> None:
 
 def _retrieval(args) -> None:
   from lra.data import retrieval
+  _say(f"preparing Retrieval from {args.release_dir} into {args.data_dir}")
   counts = retrieval.prepare(args.release_dir, args.data_dir, args.max_len)
   for split, num in counts.items():
     print(f"wrote {split}: {num} pairs to {args.data_dir}")
@@ -118,8 +132,11 @@ def _retrieval(args) -> None:
 
 def _pathfinder(args) -> None:
   size = args.size or (128 if args.task == "pathx" else 32)
-  data_dir = args.data_dir or f"data/pathfinder{size}"
+  data_dir = args.data_dir or home.resolve(f"data/pathfinder{size}")
   out = pathfinder.prepared_dir(data_dir, args.level)
+  _say(f"preparing Pathfinder {size}x{size} ({args.level}) from {args.release_dir} into {out}"
+       if args.release_dir else f"generating {args.num_images:,} Pathfinder images ({size}x"
+       f"{size}, {args.level}) into {data_dir}, prepared into {out}")
   if args.release_dir:
     level_dir = pathfinder.find_level_dir(args.release_dir, size, args.level)
     counts = pathfinder.prepare(level_dir, out, size)

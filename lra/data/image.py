@@ -152,4 +152,5 @@ def load(config) -> Task:
   note = record.check(data.data_dir, "image", data, remake)  # made by this code, as image data
   splits = {s: store.load_split(data.data_dir, s, ["inputs"], SEQ_LEN, remake=remake)
             for s in SPLITS}
+  record.verify(data.data_dir, remake)  # after the files' own checks: no edits since made
   return Task.of("image", SEQ_LEN, splits, padding=data.black_is_padding, data=note)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 
 import numpy as np
-import tqdm
 from PIL import Image
 
-from lra.data import pathfinder_gen, publish, record, store
+from lra.data import console, pathfinder_gen, publish, record, store
 from lra.data.pathfinder_gen.params import IMAGES_TASK, LEVEL_FOLDERS
 from lra.data.reading import decode_utf8
 from lra.data.tasks import SPLITS, Task
@@ -101,16 +100,22 @@ def _made(level_dir: str, size: int) -> dict:
 def prepare(level_dir: str, data_dir: str, size: int, progress: bool = True) -> dict[str, int]:
   """Decodes the release's images into prepared splits in data_dir, one writer at a time."""
   items = read_metadata(level_dir)
+  bounds = split_bounds(len(items))
+  for split, (start, end) in bounds.items():
+    if start == end:
+      raise UserError(f"{level_dir} lists {len(items)} images, too few for the "
+                      f"{'/'.join(str(round(f * 100)) for _, f in SPLIT_FRACTIONS)} splits (the "
+                      f"{split} split would be empty); at least 10 are needed")
   counts = {}
   # A concurrent prepare of this folder waits (its lock), then rewrites it; the record of
   # what made the splits is written last.
   with record.writing(data_dir, _made(level_dir, size), record.npy_files(SPLITS, (
       "inputs", "labels"))):
-    for split, (start, end) in split_bounds(len(items)).items():
+    for split, (start, end) in bounds.items():
       with store.SplitWriter(data_dir, split, end - start, {
           "inputs": ((size * size,), np.uint8), "labels": ((), np.int32)}) as writer:
-        rows = tqdm.tqdm(items[start:end], desc=f"pathfinder{size} {split}",
-                         disable=not progress, unit="img")
+        rows = console.bar(items[start:end], desc=f"pathfinder{size} {split}",
+                           progress=progress, unit="img")
         for row, (png, label) in enumerate(rows):
           writer[row] = {"inputs": decode_png(png, size), "labels": label}
       counts[split] = end - start
@@ -150,6 +155,7 @@ def load(config) -> Task:
                     f"{', '.join(LEVEL_FOLDERS)}")
   prepared = prepared_dir(data.data_dir, data.level)
   if not _complete(prepared):
+    record.verify(prepared, generate_command(data))  # a deleted split is not made again
     if not data.generate_if_missing:
       raise UserError(f"Pathfinder data not found in {prepared}; make it with: "
                       f"{generate_command(data)}  (or add --release_dir=PATH/lra_release "
@@ -176,4 +182,5 @@ def load(config) -> Task:
   length = data.size * data.size
   splits = {s: store.load_split(prepared, s, ["inputs"], length, remake=generate_command(data))
             for s in SPLITS}
+  record.verify(prepared, generate_command(data))  # after the files' own checks: no edits
   return Task.of(config.task, length, splits, padding=data.black_is_padding, data=note)

@@ -2,7 +2,7 @@
 
 Every folder this code base generates or prepares gets one record: the task, the settings that
 decide its content (each named as the config.data field that asks for it), where the data came
-from, and the files it made. It gives two promises:
+from, and the files it made. It gives three promises:
 
 - A user's files are never overwritten: data is written only into an empty folder or one whose
   record lists every file in it. A rewrite removes the files the old record listed that the new
@@ -11,6 +11,15 @@ from, and the files it made. It gives two promises:
   for other settings, naming the field and the command that remakes the data. The one setting a
   config may ask smaller than the data is `max_len`: the rows are cut, and the note of the cut
   goes with the task into results.json.
+- Files changed after they were made are never read, nor written over: the record holds each
+  file's size and SHA-256 (`files`: {name: {"bytes", "sha256"}}, one line each), hashed once
+  when the data is made, so two folders of the same data have the same record. `verify`
+  refuses a folder one of whose files is missing or differs, naming the file: training before
+  it reads the data, and the writers before they write over it. The check is a stat of each
+  file; a file is hashed again only if it is newer than the record, which is written after
+  every file it lists (an edit, a touch, a copy that did not keep times: `cp -p` and
+  `rsync -a` keep them, so the check stays instant). Records of older versions list names
+  only, and are not checked.
 
 Data a user provides by hand (the LRA release files, raw archives) has no record and is read as
 it is; the record exists for what this code made from it.
@@ -18,6 +27,7 @@ it is; the record exists for what this code made from it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from typing import Iterable, Iterator
@@ -54,9 +64,65 @@ def read(folder: str | os.PathLike) -> dict | None:
 
 
 def _write(folder: str, made: dict) -> None:
+  """The record as indented JSON, with one line per file of `files` (a generated Pathfinder
+  level lists 200,000 images)."""
+  files = made.get("files")
+  text = json.dumps({**made, "files": None}, indent=1, sort_keys=True)
+  rows = [f"  {json.dumps(name)}: {json.dumps(files[name], sort_keys=True)}"
+          for name in sorted(files)] if isinstance(files, dict) else None
+  text = text.replace('"files": null', '"files": ' + (
+      "{\n" + ",\n".join(rows) + "\n }" if rows else json.dumps(files)), 1)
   with paths.atomic_write(os.path.join(folder, NAME), "w", encoding="utf-8") as f:
-    json.dump(made, f, indent=1, sort_keys=True)
-    f.write("\n")
+    f.write(text + "\n")
+
+
+def _sha256(path: str) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+def _entry(folder: str, name: str) -> dict:
+  """What the record keeps of a file just made: its size and SHA-256."""
+  path = os.path.join(folder, name)
+  return {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+
+
+def _changed(folder: str, files: dict) -> str | None:
+  """How the first file that differs from its record entry differs (a phrase naming it), or
+  None. Sizes always; the hash only of a file newer than the record (written after them)."""
+  written = os.stat(os.path.join(folder, NAME)).st_mtime_ns
+  for name, entry in sorted(files.items()):
+    path = os.path.join(folder, name)
+    try:
+      stat = os.stat(path)
+    except FileNotFoundError:
+      return f"{path} was deleted after this code made it ({NAME} lists it)"
+    if stat.st_size != entry["bytes"]:
+      return (f"{path} was changed after this code made it ({stat.st_size:,} bytes, "
+              f"{entry['bytes']:,} in {NAME})")
+    if stat.st_mtime_ns > written and _sha256(path) != entry["sha256"]:
+      return (f"{path} was changed after this code made it (its SHA-256 is not the one in "
+              f"{NAME})")
+  return None
+
+
+def verify(folder: str | os.PathLike, remake: str | None = None) -> None:
+  """Refuses, in one line naming the file, a finished folder of ours one of whose files was
+  deleted or changed since it was made; nothing for a folder without a record, an unfinished
+  one (it is being made, or will be made again) or an older record of names only. `remake`:
+  the command that makes the data again, for the message."""
+  folder = os.fspath(folder)
+  made = read(folder) if os.path.isdir(folder) else None
+  if not made or not made.get("complete") or not isinstance(made["files"], dict):
+    return
+  problem = _changed(folder, made["files"])
+  if problem:
+    again = f" and make it again with: {remake}" if remake else " to make the data again"
+    raise UserError(f"{problem}, so the folder is neither read nor written over: delete "
+                    f"{folder}{again}, or point data_dir at another folder")
 
 
 def _present(folder: str) -> list[str]:
@@ -114,9 +180,11 @@ def writing(folder: str | os.PathLike, made: dict, files: Iterable[str],
   """The block writes `files` into folder; then the record `made` (+ the files) is published.
 
   One writer at a time (the folder's lock). A folder holding files that no record of ours lists
-  is refused. While the block runs the record says "incomplete" and lists the old and the new
-  files, so an interrupted run is redone by the next one, and no reader takes half-made data
-  for finished; a failure that replaced no file puts the old record back. `previous` stands for
+  is refused, and so is one whose files of ours were changed or deleted since (`verify`).
+  While the block runs the record says "incomplete" and lists the old and the new files, so an
+  interrupted run is redone by the next one, and no reader takes half-made data for finished;
+  a failure that replaced no file puts the old record back. The finished record holds each
+  file's size and SHA-256. `previous` stands for
   a record kept in an older form (ListOps' generator.json).
   """
   folder, files = os.fspath(folder), sorted(files)
@@ -124,6 +192,7 @@ def writing(folder: str | os.PathLike, made: dict, files: Iterable[str],
     _listed(folder, files, previous)
   with publish.locked(folder):
     listed = _listed(folder, files, previous)  # again: another process may have written
+    verify(folder)  # a user's edit of data we made is not written over either
     made, old, touched = {**made, "format": FORMAT}, read(folder), sorted(listed | set(files))
     before = _stamps(folder, touched)
     _write(folder, {**made, "complete": False, "files": touched})
@@ -138,7 +207,8 @@ def writing(folder: str | os.PathLike, made: dict, files: Iterable[str],
       raise
     for name in sorted(listed - set(files)):  # leftovers of the older data: never read again
       _remove(folder, name)
-    _write(folder, {**made, "complete": True, "files": files})
+    _write(folder, {**made, "complete": True,
+                    "files": {name: _entry(folder, name) for name in files}})
 
 
 def is_complete(made: dict | None) -> bool:

@@ -11,9 +11,8 @@ import os
 from typing import Iterator
 
 import numpy as np
-import tqdm
 
-from lra.data import record, store, text
+from lra.data import console, record, store, text
 from lra.data.reading import decode_utf8
 from lra.data.tasks import SPLITS, Task, require_prepared
 from lra.errors import UserError
@@ -54,6 +53,12 @@ def prepare(release_dir: str, data_dir: str, max_len: int = 4000,
       raise UserError(f"AAN file not found: {source} (expected the release's "
                       f"tsv_data folder with {', '.join(SPLIT_FILES.values())})")
   counts = {}
+  for split, source in sources.items():  # every split needs a pair: checked before writing
+    with open(source, "rb") as f:
+      counts[split] = sum(1 for _ in f)
+    if not counts[split]:
+      raise UserError(f"{source} is empty: the {split} split would have no pairs; pass the "
+                      f"release's tsv_data folder, whose three files all hold pairs")
   # A concurrent prepare of this folder waits for its lock (record.writing), then rewrites it.
   # The splits are published together once all three files have been read, so a malformed
   # file changes nothing; the record comes last.
@@ -62,17 +67,15 @@ def prepare(release_dir: str, data_dir: str, max_len: int = 4000,
   files = record.npy_files(SPLITS, ("inputs", "inputs2", "labels"))
   with record.writing(data_dir, made, files), contextlib.ExitStack() as writers:
     for split, source in sources.items():
-      with open(source, "rb") as f:
-        num = sum(1 for _ in f)
+      num = counts[split]
       writer = writers.enter_context(store.SplitWriter(data_dir, split, num, {
           "inputs": ((max_len,), np.uint16), "inputs2": ((max_len,), np.uint16),
           "labels": ((), np.int32)}))
-      rows = tqdm.tqdm(iter_pairs(source), total=num, desc=f"retrieval {split}",
-                       disable=not progress, unit="pair")
+      rows = console.bar(iter_pairs(source), total=num, desc=f"retrieval {split}",
+                         progress=progress, unit="pair")
       for row, (label, first, second) in enumerate(rows):
         writer[row] = {"inputs": text.encode_bytes(first, max_len),
                        "inputs2": text.encode_bytes(second, max_len), "labels": label}
-      counts[split] = num
   return counts
 
 
@@ -85,4 +88,5 @@ def load(config) -> Task:
   note = record.check(data.data_dir, "retrieval", data, remake)  # made with these settings
   splits = {s: store.load_split(data.data_dir, s, ["inputs", "inputs2"], data.max_len,
                                 remake=remake) for s in SPLITS}
+  record.verify(data.data_dir, remake)  # after the files' own checks: no edits since made
   return Task.of("retrieval", data.max_len, splits, data=note)

@@ -32,6 +32,9 @@ class SplitWriter:
   """
 
   def __init__(self, data_dir: str, split: str, num: int, fields: dict[str, tuple]):
+    if num < 1:  # the readers name the source first where they can; this is the last guard
+      raise UserError(f"the {split} split for {data_dir} would be empty: its source holds no "
+                      f"examples for it; check the input files (or the TFDS split)")
     os.makedirs(data_dir, exist_ok=True)
     self._final = {f: path(data_dir, split, f) for f in fields}
     self._tmp = {f: paths.temp_path(p) for f, p in self._final.items()}

@@ -7,10 +7,11 @@ prepared memory-mapped files (lra.data.store) made by `python -m lra.data TASK .
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import importlib
 
-from lra.data import store
+from lra.data import home, store
 from lra.errors import UserError
 
 SPLITS = ("train", "val", "test")
@@ -83,7 +84,11 @@ def _check_labels(task: Task) -> None:
 
 
 def load(config) -> Task:
-  """config.task's data as a Task; missing or malformed data raises UserError."""
+  """config.task's data as a Task; missing or malformed data raises UserError.
+
+  A relative config.data.data_dir is read from the data home (lra.data.home); the loader gets
+  a copy of the config with the resolved folder, and the config itself (config.json, a
+  resume's comparison) keeps the path as it was given."""
   if config.task not in FACTS:
     raise UserError(f"unknown task {config.task!r}; valid tasks: {', '.join(NAMES)}")
   data_dir = str(config.data.data_dir)
@@ -91,6 +96,8 @@ def load(config) -> Task:
     raise UserError(f"config.data.data_dir={data_dir} is remote storage; copy the data to local "
                     f"disk (memory-mapped files need a local path) and point data_dir there")
   module = importlib.import_module(f"lra.data.{FACTS[config.task].module}")
+  config = copy.deepcopy(config)
+  config.data.data_dir = home.resolve(data_dir)
   task = module.load(config)
   _check_labels(task)
   return task

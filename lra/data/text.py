@@ -127,4 +127,5 @@ def load(config) -> Task:
                                                           data.max_len, index, remake)
   splits = {"train": load_split("train", train_index), "val": load_split(val_source, val_index),
             "test": load_split("test")}
+  record.verify(data.data_dir, remake)  # after the files' own checks: no edits since made
   return Task.of("text", data.max_len, splits, data=note)

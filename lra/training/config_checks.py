@@ -43,3 +43,26 @@ def check_train_split(config, train_examples: int) -> None:
   if train_examples < config.batch_size:
     raise UserError(f"the train split has {train_examples} examples, fewer than "
                     f"config.batch_size={config.batch_size}")
+
+
+
+# Settings that count steps: what a run as short as (or shorter than) one of them misses, and
+# the share of the run configs/base.py's CPU switch gives it (the value the warning suggests).
+_SHORT_RUN = {"warmup_steps": ("the learning rate never reaches its peak", 10),
+              "eval_every": ("validated only at the last step", 4),
+              "checkpoint_every": ("no checkpoint to resume from before the end", 4),
+              "log_every": ("one log line, at the end", 20)}
+
+
+def short_run_warning(config) -> str | None:
+  """One line when config.num_train_steps is at or below a setting that counts steps (a run
+  shortened with --config.num_train_steps=N, the others left at the config's values); None
+  when none is. A warning, not an error: a smoke test may mean it."""
+  steps = config.num_train_steps
+  over = [key for key in _SHORT_RUN if key in config and config[key] >= steps]
+  if not over:
+    return None
+  found = ", ".join(f"config.{k}={config[k]} ({_SHORT_RUN[k][0]})" for k in over)
+  wanted = " ".join(f"--config.{k}={max(steps // _SHORT_RUN[k][1], 1)}" for k in over)
+  return (f"config.num_train_steps={steps} is at or below {found}; for a run this short give "
+          f"e.g. {wanted}")

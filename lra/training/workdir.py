@@ -17,6 +17,9 @@ from lra.training import options
 # one use; the trainer's are flagged in lra/training/options.py.
 DATA_OBSERVING = frozenset({"data.workers", "data.generate_if_missing"})
 ALLOW_FLAG = "--allow_config_change"
+# What a run is: a workdir holds the checkpoints of one model on one task, and no flag lets
+# another resume them (a Linear Transformer's parameters would restore into a Transformer).
+IDENTITY = ("model.name", "task")
 DIVERGED = "diverged.json"  # a list of {"step": first bad step seen, "last_checkpoint": ...}
 
 
@@ -85,6 +88,17 @@ def diverged(workdir, step: int, last_checkpoint: int | None) -> str:
           f"config.learning_rate or a config.grad_clip_norm")
 
 
+def _check_identity(changes: dict[str, list], workdir) -> None:
+  """Refuses another model (or task) in a workdir that holds a run: never opted into."""
+  other = {k: v for k, v in changes.items() if k in IDENTITY and v[0] is not None}
+  if other:
+    held = ", ".join(f"{k} {old!r}" for k, (old, _) in other.items())
+    asked = ", ".join(f"{k} {new!r}" for k, (_, new) in other.items())
+    raise UserError(f"{workdir} holds the run of {held} (see {workdir}/config.json), this "
+                    f"config asks for {asked}: its checkpoints cannot start a run of another "
+                    f"model or task; pick a new --workdir")
+
+
 def check_resume(config, workdir, reference: dict | None, step: int,
                  allow: bool) -> dict | None:
   """Whether the run in `workdir`, made with the config `reference` (None: nothing made yet)
@@ -96,6 +110,7 @@ def check_resume(config, workdir, reference: dict | None, step: int,
                     f"use a new --workdir for a shorter run")
   changes = ({} if reference is None else
              differences(reference, config_record.as_json(config)))
+  _check_identity(changes, workdir)
   # A trainer setting added since the run started is not a change (the run predates it).
   changes = {k: v for k, v in changes.items() if not (v[0] is None and k in options.TABLE)}
   binding = [f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items()

@@ -5,6 +5,11 @@ A run resumed from the checkpoint of step S first drops the rows that the interr
 after it (step > S, and any test rows): the file then reads as one uninterrupted run would have
 written it. TensorBoard drops its own events past S the same way (purge_step).
 
+A run that starts from step 0 in a workdir holding metrics.jsonl (its checkpoints deleted, or
+all of them damaged) moves that file aside to metrics.old-N.jsonl, says so in one line, and has
+TensorBoard hide the earlier events (purge_step 1): the earlier run's numbers are kept, never
+mixed into the new run's.
+
 A remote workdir (gs://...) gets the same files: object stores cannot append, so metrics.jsonl
 is rewritten whole at each write, and tensorboardX (local files only without TensorFlow) writes
 its events to a local folder that is uploaded at each write.
@@ -48,6 +53,21 @@ def _kept_rows(text: str, resume_step: int) -> str:
   return "".join(kept)
 
 
+def _set_aside(path) -> bool:
+  """Moves the metrics.jsonl of an earlier run (a run starting at step 0 found it) to the
+  first free metrics.old-N.jsonl beside it and says so; False if there is none."""
+  if not path.exists() or not path.read_text().strip():
+    return False
+  n = 1
+  while (path.parent / f"metrics.old-{n}.jsonl").exists():
+    n += 1
+  aside = path.parent / f"metrics.old-{n}.jsonl"
+  path.rename(aside)
+  print(f"warning: found {path} but no checkpoint: training starts from step 0; the earlier "
+        f"metrics are moved to {aside} (and TensorBoard hides their events)", flush=True)
+  return True
+
+
 class MetricWriter:
   """Writes on process 0 only; other processes get a writer that does nothing."""
 
@@ -59,6 +79,7 @@ class MetricWriter:
     workdir = paths.resolve(workdir)
     self._path = workdir / "metrics.jsonl"
     self._remote = paths.is_remote(workdir)
+    restarted = not resume_step and _set_aside(self._path)
     # A resumed run continues the file it finds, less what came after its checkpoint.
     self._text = (_kept_rows(self._path.read_text(), resume_step)
                   if self._path.exists() else "")
@@ -68,8 +89,8 @@ class MetricWriter:
       self._jsonl = open(os.fspath(self._path), "a")
     self._tb_dir = paths.LocalStaging(workdir / "tensorboard")
     # Events at steps after the checkpoint (written before the stop) are dropped.
-    self._tb = SummaryWriter(self._tb_dir.path,
-                             purge_step=resume_step + 1 if resume_step else None)
+    self._tb = SummaryWriter(self._tb_dir.path, purge_step=resume_step + 1
+                             if resume_step or restarted else None)
 
   def write(self, step: int, metrics: dict[str, float]) -> None:
     if not self._active:

@@ -8,10 +8,9 @@ from typing import Iterator
 
 import numpy as np
 from PIL import Image
-from tqdm import tqdm
 
 from lra import paths
-from lra.data import record
+from lra.data import console, record
 from lra.data.pathfinder_gen.params import IMAGES_TASK, Params, params_for
 from lra.data.pathfinder_gen.snakes import sample
 from lra.errors import UserError
@@ -109,7 +108,7 @@ def _write_all(level_dir: str, size: int, level: str, seed: int, num_images: int
   pending = {f: min(images_per_folder, num_images - f * images_per_folder)
              for f in range(num_folders)}
   lines: dict[int, list[str]] = {f: [] for f in range(num_folders)}
-  with tqdm(total=num_images, disable=not progress, unit="img",
+  with console.bar(total=num_images, progress=progress, unit="img",
             desc=f"pathfinder{size} {params.level_folder}") as bar:
 
     def collect(results):
