@@ -28,8 +28,9 @@ from lra.reporting import accuracy, curves, files, markdown, results, speed
 from lra.reporting.paper import TASKS
 
 # eval.py speed's (model, length) grid where --lengths and --batch are not given: the paper's
-# Table 2 (Text base model, 1K-4K tokens, batch 32), or on a CPU one that finishes in about
-# a minute per model on 2 cores (the paper's takes hours per model there).
+# Table 2 (Text base model, 1K-4K tokens, batch 32), or on a CPU a smaller one (the paper's
+# takes hours per model there): measured on the shared 2-core development machine (matmul peak
+# read 93 GFLOP/s, a third of its idle figure), Transformer and Performer took 6.5 minutes.
 PAPER_GRID = {"lengths": "1024,2048,3072,4096", "batch": 32}
 CPU_GRID = {"lengths": "512,1024", "batch": 4}
 
@@ -177,7 +178,7 @@ def _grid(args, platform: str) -> str | None:
     return None
   return (f"CPU: the CPU-sized grid (lengths {args.lengths}, batch {args.batch}; the paper's "
           f"{PAPER_GRID['lengths']} at batch {PAPER_GRID['batch']} takes hours per model on a "
-          f"CPU): give --lengths and --batch to choose")
+          f"CPU): give --lengths and --batch to choose; --models to measure fewer")
 
 
 def _speed(args) -> None:
@@ -205,7 +206,8 @@ def _speed(args) -> None:
   if not chosen:
     _check_models(models, lengths, args.batch, size, args.dtype, sets, args.imports)
   if note:
-    print(note, flush=True)
+    print(f"{note} ({len(models)} model{'s' * (len(models) > 1)} x {len(lengths)} lengths, "
+          f"one process each)", flush=True)
   machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype,
                  software=provenance.software())
   print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "

@@ -163,6 +163,7 @@ def test_speed_without_lengths_and_batch_measures_the_machines_grid(
   assert code == 0, err
   assert measured == [("transformer", n, batch) for n in lengths]
   assert ("CPU: the CPU-sized grid (lengths 512,1024, batch 4;" in out) == said
+  assert ("(1 model x 2 lengths, one process each)" in out) == said
   machine = json.loads((tmp_path / "speed.json").read_text())["machine"]
   assert machine["batch"] == batch and machine["software"]["libraries"]["jax"]
   # Given flags are kept as they are on a CPU too.

@@ -108,6 +108,8 @@ def test_tiny_run_records_code_parameters_config_and_wandb(listops_dir, tmp_path
   monkeypatch.setenv("WANDB_MODE", "offline")  # nothing leaves the machine
   monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_files"))
   monkeypatch.setenv("WANDB_SILENT", "true")
+  for name in ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR"):  # not under ~
+    monkeypatch.setenv(name, str(tmp_path / name.lower()))
   (tmp_path / "wandb_files").mkdir()
   config = tiny_config(listops_dir, writers="jsonl,tensorboard,wandb", num_train_steps=4)
   workdir = tmp_path / "run"
