@@ -145,6 +145,8 @@ class _TensorBoard:
       self._tb.add_text("config", f"```\n{text}\n```", resume_step)
       experiment, start, self._end = summary.hparams(
           hparams(config), {tag: 0.0 for tag in _hparams_metrics(config)})
+      # Into this run's own event file (add_hparams would open a sub-run): the file writer
+      # that tensorboardX's own add_* methods use.
       for event in (experiment, start):
         self._tb._get_file_writer().add_summary(event, resume_step)
       self.flush()
