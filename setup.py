@@ -46,10 +46,16 @@ setup(
         # setuptools: tests/test_packaging.py builds the wheel offline with this environment's
         # setuptools (bdist_wheel built in from 70.1; Python 3.12+ venvs ship none).
         "test": ["pytest>=9.2.0", "pytest-xdist>=3.8.0", "setuptools>=84.2.1",
-                 "tensorflow-datasets>=4.9.10"],
+                 "tensorflow-datasets>=4.9.10", "wandb>=0.31.0"],
         # Reading Text / Image from a prepared TFDS folder (without TensorFlow); nothing else
         # imports it, so a plain install (or an offline GPU image) does without it.
         "tfds": ["tensorflow-datasets>=4.9.10"],
+        # Viewing runs: `tensorboard --logdir runs` (scalars, the config, the HParams tab, and
+        # the profile tab for config.profile_steps traces). Writing needs neither: tensorboardX.
+        "tensorboard": ["tensorboard>=2.21.0", "tensorboard-plugin-profile>=2.24.2"],
+        # The optional Weights & Biases writer (config.writers="jsonl,tensorboard,wandb");
+        # also in "test", which checks it offline.
+        "wandb": ["wandb>=0.31.0"],
         # Accelerators: jax's own extras with no exact version, because jax[cuda12] /
         # jax[cuda13] / jax[tpu] already require the plugin (or libtpu) built for the jax they
         # come with: beside a machine's JAX they resolve to that JAX's plugin, with

@@ -1,14 +1,19 @@
 """The accuracy, speed and memory tables, and the charts.
 
-  python eval.py accuracy runs/ [--speed=eval_out/speed.json] [--out=eval_out]
+  python eval.py accuracy runs/ [--speed=eval_out/speed.json] [--out=eval_out] [--all_paper_rows]
+  python eval.py curves runs/listops_a runs/listops_b [--out=eval_out]
   python eval.py speed [--models=transformer] [--lengths=1024,2048,3072,4096] [--batch=32]
                        [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
                        [--set KEY=VALUE ...] [--import=MODULE ...]
 
 `accuracy` reads the results.json of finished runs (a folder of many runs will do) and writes
-accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json). `speed` measures the real
-train step of every model at every length, each in a fresh process, and writes
-speed.{md,csv,json} and scaling.png. `--set` overrides any config.model field for every model
+accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json): the paper's rows of
+the models that ran (`--all_paper_rows`: every model of the paper). `curves` draws curves.png:
+train and validation loss and accuracy against step from each run's metrics.jsonl, a line per
+run. `speed` measures the real train step of every model at every length, each in a fresh
+process, and writes speed.{md,csv,json} and scaling.png; without --lengths/--batch it measures
+the paper's grid (1K-4K tokens, batch 32), or on a CPU a CPU-sized one (512 and 1024 tokens,
+batch 4), and says so. `--set` overrides any config.model field for every model
 (after the size flags; values are Python literals), e.g. `--set reversible=True --set
 num_layers=12`, or a mixer setting as `--set attention.NAME=VALUE`. `--import=MODULE`
 (repeatable; or LRA_IMPORT=MODULE,...) imports a module of your own that registers a mixer,
@@ -18,11 +23,18 @@ import argparse
 import json
 import sys
 
-from lra import cli, measuring, paths, plugins
+from lra import cli, measuring, paths, plugins, provenance
 from lra.errors import UserError, run_command
 from lra.references import paper_configs
-from lra.reporting import accuracy, files, markdown, results, speed
+from lra.reporting import accuracy, curves, files, markdown, results, speed
 from lra.reporting.paper import TASKS
+
+# eval.py speed's (model, length) grid where --lengths and --batch are not given: the paper's
+# Table 2 (Text base model, 1K-4K tokens, batch 32), or on a CPU a smaller one (the paper's
+# takes hours per model there): measured on the shared 2-core development machine (matmul peak
+# read 93 GFLOP/s, a third of its idle figure), Transformer and Performer took 6.5 minutes.
+PAPER_GRID = {"lengths": "1024,2048,3072,4096", "batch": 32}
+CPU_GRID = {"lengths": "512,1024", "batch": 4}
 
 
 def _read_speed(path: str) -> dict:
@@ -54,6 +66,11 @@ def _writable_folder(out: str) -> None:
     raise UserError(f"--out={out} is a file, not a folder; name a folder for the tables")
 
 
+def _warn(warnings: list[str]) -> None:
+  for w in warnings:
+    print(f"warning: {w}", file=sys.stderr)
+
+
 def _accuracy(args) -> None:
   from lra.reporting import charts
   plugins.import_modules(args.imports)  # a module that cannot be imported is refused here too
@@ -64,12 +81,17 @@ def _accuracy(args) -> None:
   measured = _read_speed(args.speed) if args.speed else None  # before anything is written
   warnings: list[str] = []
   found = results.collect_results(args.runs, warnings, references=paper_configs)
-  for w in warnings:
-    print(f"warning: {w}", file=sys.stderr)
+  _warn(warnings)
   if not found:
     raise UserError(f"no finished run with a valid results.json under {', '.join(args.runs)}; "
                     f"nothing written (earlier tables in {args.out} are kept)")
-  table, text = accuracy.write_tables(found, args.out, paper_configs)
+  if measured is not None:  # a chart that would be empty is refused before anything is written
+    why = speed.bubble_refusal(accuracy.accuracy_table(found, references=paper_configs),
+                               speed.speed_tables(measured["rows"]), args.average)
+    if why:
+      raise UserError(f"no bubble chart: {why}; nothing written")
+  table, text = accuracy.write_tables(found, args.out, paper_configs,
+                                      all_paper_rows=args.all_paper_rows)
   print(text)
   if measured is not None:
     _bubble(charts, paths.resolve(args.out) / "bubble.png", table, found, measured, args.average)
@@ -78,9 +100,6 @@ def _accuracy(args) -> None:
 
 def _bubble(charts, path, table: dict, found: list[dict], measured: dict, average: str) -> None:
   tables = speed.speed_tables(measured["rows"])
-  if average in TASKS:  # a single task's accuracy, while the averages are missing
-    for row in table["rows"]:
-      row[average] = row["cells"][average]["ours"]
   scores, steps, memory, length = speed.bubble_inputs(table, tables, average)
   what = f"{average} test" if average in TASKS else "average"
   note = speed.size_note(measured["machine"], found, length)
@@ -95,6 +114,18 @@ def _bubble(charts, path, table: dict, found: list[dict], measured: dict, averag
                       notes=(note,) if note else (), marked=marked,
                       spread=accuracy.spread(table, average))  # error bars over seeds
   print(f"wrote {path}")
+
+
+def _curves(args) -> None:
+  from lra.reporting import charts
+  _writable_folder(args.out)
+  warnings: list[str] = []
+  found = curves.read_curves(args.runs, warnings)  # a missing or malformed file: one line
+  _warn(warnings)
+  path = paths.resolve(args.out) / "curves.png"
+  charts.curves_chart(path, found, curves.PANELS,
+                      f"Training curves ({len(found)} run{'s' * (len(found) > 1)})")
+  print(f"wrote {args.out}/curves.png ({', '.join(found)})")
 
 
 def _positive(args, names: tuple[str, ...]) -> None:
@@ -133,22 +164,50 @@ def _check_models(models: list[str], lengths: list[int], batch: int, size: dict,
                         f"nothing measured") from None
 
 
+def _grid(args, platform: str) -> str | None:
+  """Fills in --lengths and --batch where not given: the paper's grid, or on a CPU the
+  CPU-sized one; returns the line that says so on a CPU (None elsewhere or when both given)."""
+  missing = [k for k in ("lengths", "batch") if getattr(args, k) is None]
+  grid = CPU_GRID if platform == "cpu" else PAPER_GRID
+  for key in missing:
+    setattr(args, key, grid[key])
+  if platform != "cpu" or not missing:
+    return None
+  return (f"CPU: the CPU-sized grid (lengths {args.lengths}, batch {args.batch}; the paper's "
+          f"{PAPER_GRID['lengths']} at batch {PAPER_GRID['batch']} takes hours per model on a "
+          f"CPU): give --lengths and --batch to choose; --models to measure fewer")
+
+
 def _speed(args) -> None:
+  """Measures every (model, length) in a fresh process; every flag is checked before anything
+  is measured (the models at the grid's lengths once the machine, and so the grid, is known)."""
   from lra.reporting import charts
   from lra.models import registry
   _writable_folder(args.out)
-  _positive(args, ("batch", "repeats", "timeout", *measuring.TEXT_BASE_SIZE))
+  _positive(args, ("repeats", "timeout", *measuring.TEXT_BASE_SIZE) +
+            (("batch",) if args.batch is not None else ()))
   # Before the registry is asked: their mixers are measured (all of them without --models).
   imports = plugins.portable(plugins.import_modules(args.imports))
   models = [m.strip() for m in args.models.split(",")] if args.models else registry.names()
   if not all(models) or len(set(models)) < len(models):
     raise UserError(f"--models={args.models}: give distinct model names, comma separated")
-  lengths = _lengths(args.lengths)
+  if args.lengths is not None:
+    _lengths(args.lengths)
   size = {k: getattr(args, k) for k in measuring.TEXT_BASE_SIZE}
   sets = cli.parse_sets(args.sets)
-  _check_models(models, lengths, args.batch, size, args.dtype, sets)
+  chosen = args.lengths is not None and args.batch is not None
+  if chosen:  # else the grid depends on the machine: checked once it is known
+    _check_models(models, _lengths(args.lengths), args.batch, size, args.dtype, sets)
   machine = measuring.machine_in_fresh_process(args.dtype)
-  machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype)
+  note = _grid(args, machine["platform"])
+  lengths = _lengths(args.lengths)
+  if not chosen:
+    _check_models(models, lengths, args.batch, size, args.dtype, sets)
+  if note:
+    print(f"{note} ({len(models)} model{'s' * (len(models) > 1)} x {len(lengths)} lengths, "
+          f"one process each)", flush=True)
+  machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype,
+                 software=provenance.software())
   print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "
         f"{machine['matmul_peak_flops_per_s'] / 1e9:.0f} GFLOP/s ({args.dtype})", flush=True)
   rows = []
@@ -186,12 +245,20 @@ def parser() -> argparse.ArgumentParser:
                  help="the chart's accuracy: avg5, avg6, or one task's name")
   plugins.add_flag(a, " (accepted as by every command; the tables need no model code: a "
                       "model outside models/ is marked not comparable with the paper)")
+  a.add_argument("--all_paper_rows", action="store_true",
+                 help="also the paper's rows of models that did not run (figures only)")
   a.set_defaults(run=_accuracy)
+  c = sub.add_parser("curves", help="train/validation loss and accuracy against step (PNG)")
+  c.add_argument("runs", nargs="+", help="run directories (each with its metrics.jsonl)")
+  c.add_argument("--out", default="eval_out")
+  c.set_defaults(run=_curves)
   s = sub.add_parser("speed", help="steps/s and memory of the train step against length")
   s.add_argument("--models", default="", help="comma separated (grid aliases such as "
                  "mega_chunk too); default every registered model")
-  s.add_argument("--lengths", default="1024,2048,3072,4096")
-  s.add_argument("--batch", type=int, default=32)
+  s.add_argument("--lengths", help=f"default {PAPER_GRID['lengths']}; on a CPU "
+                 f"{CPU_GRID['lengths']} (the CPU-sized grid)")
+  s.add_argument("--batch", type=int, help=f"default {PAPER_GRID['batch']}; on a CPU "
+                 f"{CPU_GRID['batch']}")
   for key, value in measuring.TEXT_BASE_SIZE.items():
     s.add_argument(f"--{key}", type=int, default=value)
   s.add_argument("--dtype", default="float32", help="compute dtype, e.g. bfloat16 on a GPU")

@@ -70,10 +70,15 @@ def test_log_file_has_one_line_per_log_interval_and_profile_trace(listops_dir, t
   evals = [l for l in records if "validation" in l]
   assert [l.split("/")[0] for l in evals] == ["step 3", "step 6"], records
   assert "Saving checkpoint" not in text  # Orbax's INFO lines are off without -v
-  profile = tmp_path / "run" / "profile"
-  assert f"profiler trace written to {profile}" in text
-  traces = [os.path.join(d, f) for d, _, files in os.walk(profile) for f in files]
-  assert any(t.endswith(".xplane.pb") and os.path.getsize(t) for t in traces), traces
+  # Below the TensorBoard folder, as its profile plugin looks for them:
+  # LOGDIR/plugins/profile/RUN/HOST.xplane.pb.
+  board = tmp_path / "run" / "tensorboard"
+  assert f"profiler trace written to {board}/plugins/profile" in text
+  traces = [os.path.join(d, f) for d, _, files in os.walk(board / "plugins" / "profile")
+            for f in files]
+  assert any(t.endswith(".xplane.pb") and os.path.getsize(t) and
+             os.path.dirname(os.path.dirname(t)) == str(board / "plugins" / "profile")
+             for t in traces), traces
 
 
 @pytest.mark.slow  # heavy; `pytest -m slow`

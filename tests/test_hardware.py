@@ -68,5 +68,7 @@ def test_exact_only_on_the_same_known_cpu_family(stored, current, exact, why):
 
 
 def test_results_record_the_cpu():
-  from lra.training import trainer  # JAX: only this test
-  assert hardware.describe_cpu().items() <= trainer.describe_hardware().items()
+  from lra.training import run_record  # JAX: only this test
+  described = run_record.describe_hardware()
+  assert hardware.describe_cpu().items() <= described.items()
+  assert described["gpu_model"] is None  # the tests run on CPU

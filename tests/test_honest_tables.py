@@ -58,13 +58,20 @@ def test_toy_run_is_marked_not_compared_with_the_paper(tmp_path):
   table = accuracy.accuracy_table(found, references=paper_configs)
   cell = next(r for r in table["rows"] if r["model"] == "transformer")["cells"]["text"]
   assert cell["ours"] == 100.0 and cell["diff"] is None
-  assert any("64 examples" in why for why in cell["not_comparable"])
-  assert any("num_train_steps=10" in why for why in cell["not_comparable"])
+  assert "tested on 64 of 25000 examples" in cell["not_comparable"]
+  assert "num_train_steps=10 (base: 20000)" in cell["not_comparable"]
   md = markdown.accuracy_markdown(table)
   row = _line(md, "Transformer")
   assert "| 100.0* |" in row and "64.3" not in row and "+35.7" not in md
-  assert "Transformer / Text: tested on 64 examples (full test split: 25000)" in md
   assert "not comparable with the paper" in md
+  # One short line for the run: its differences compactly, the first few, then how many more.
+  (note,) = [l for l in md.splitlines() if l.startswith("- Transformer / Text: tested")]
+  assert note.startswith("- Transformer / Text: tested on 64 of 25000 examples; trained on 90 "
+                         "of 22500; ")
+  assert "model.num_layers=2 (base: 4)" in note
+  more = len(cell["not_comparable"]) - markdown.SHOWN_DIFFERENCES
+  assert more > 0 and note.endswith(f"; +{more} more (accuracy.csv)") and len(note) < 400
+  assert "(the base config:" not in md  # the old, longer form
 
 
 def test_full_run_with_the_paper_config_is_compared(tmp_path):

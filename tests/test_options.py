@@ -15,14 +15,16 @@ NOT_TRAINER = ("task", "data", "model")  # the other top-level fields of configs
 OBSERVING = {"num_train_steps", "max_train_time_s", "eval_every", "log_every",
              "checkpoint_every", "keep_checkpoints", "progress", "log_all_processes",
              "compilation_cache_dir", "profile_steps", "data.workers",
-             "data.generate_if_missing"}
+             "data.generate_if_missing",
+             "writers"}  # added since: where metrics go
 IGNORED = {"seed", "data.seed", "data.split_seed", "data.data_dir", "data.workers",
            "data.generate_if_missing", "model.dtype", "eval_batch_size", "log_every",
            "eval_every", "checkpoint_every", "keep_checkpoints", "progress",
            "log_all_processes", "compilation_cache_dir", "profile_steps", "max_train_time_s",
            # Added since: the same mean gradient, by micro-batches (float rounding apart);
            # the protocol (SPT runs get rows of their own in the tables).
-           "grad_accum_steps", "objective", "mask_rate", "init_from"}
+           "grad_accum_steps", "objective", "mask_rate", "init_from",
+           "writers"}  # where metrics go
 
 
 def test_base_config_holds_the_table_in_its_order_with_its_defaults():

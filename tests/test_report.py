@@ -135,8 +135,12 @@ def test_accuracy_table_cells_and_averages(sweep):
   perf = _row(table, "performer")
   assert perf["avg6"] == pytest.approx((40 + 60 + 50 + 30 + 70 + 62) / 6)
   assert not perf["avg6_pathx_assumed"]
-  # Paper models without any run still appear, with their paper figures only.
-  assert _row(table, "bigbird")["cells"]["text"] == {
+  # Only the models that ran have rows (each beside its paper figures)...
+  assert [r["model"] for r in table["rows"]] == ["transformer", "local", "performer"]
+  # ... unless every paper row is asked for: those without a run have the paper's figures only.
+  every = accuracy.accuracy_table(sweep[0], references=paper_configs, include_paper_models=True)
+  assert {r["model"] for r in every["rows"]} >= set(paper.PAPER_MODELS)
+  assert _row(every, "bigbird")["cells"]["text"] == {
       "ours": None, "paper": 64.02, "paper_fail": False, "diff": None, "not_comparable": [],
       "run": None}
 

@@ -90,8 +90,10 @@ def _avgs(scores: dict[str, float | None]) -> tuple[float | None, float | None, 
 
 
 def accuracy_table(results: list[dict], *, references: comparable.References,
-                   include_paper_models: bool = True) -> dict:
-  """Rows per model: our test accuracy (%) next to the paper's, plus both averages.
+                   include_paper_models: bool = False) -> dict:
+  """Rows per model: our test accuracy (%) next to the paper's, plus both averages. A row for
+  each model that ran; `include_paper_models`: also one for every other model of the paper
+  (its figures only).
 
   Missing cells stay None (never filled in). A cell of pooled seeds has their mean, the
   sample standard deviation "std" and "n" (a cell of one run: std None, n 1). A cell whose
@@ -210,11 +212,13 @@ def spread(table: dict, average: str) -> dict[str, tuple[float, int]]:
   return out
 
 
-def write_tables(results: list[dict], out, references: comparable.References) -> tuple[dict, str]:
+def write_tables(results: list[dict], out, references: comparable.References,
+                 all_paper_rows: bool = False) -> tuple[dict, str]:
   """Writes the accuracy table of these runs as accuracy.md, .csv and .json into the folder
   `out` (local or a URL such as gs://bucket/eval), each file whole: the one way eval.py accuracy
-  and lra.leaderboard write it. Returns (the table, its markdown)."""
-  table = accuracy_table(results, references=references)
+  and lra.leaderboard write it. The paper's rows of the models that ran (`all_paper_rows`: of
+  every model in the paper). Returns (the table, its markdown)."""
+  table = accuracy_table(results, references=references, include_paper_models=all_paper_rows)
   text = markdown.accuracy_markdown(table)
   folder = paths.resolve(out)
   paths.write_text(folder / "accuracy.md", text + "\n")

@@ -283,3 +283,44 @@ def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs
   fig.suptitle(title)
   fig.tight_layout()
   _save(fig, path)
+
+
+def curves_chart(path, curves: dict[str, dict[str, list]], panels: tuple[tuple[str, str], ...],
+                 title: str = "Training curves") -> dict[str, Any]:
+  """One PNG of 2 x 2 panels (lra.reporting.curves.PANELS: train and validation loss and
+  accuracy) against the step, a line per run in one colour throughout, and one legend by run
+  name. `curves`: {run name: {metric: [(step, value), ...]}}. Returns what was drawn (labels,
+  legend, lines per panel), for tests."""
+  plt = _pyplot()
+  import matplotlib
+  from matplotlib.lines import Line2D
+  from matplotlib.ticker import MaxNLocator
+  cmap = matplotlib.colormaps["tab10" if len(curves) <= 10 else "tab20"]
+  fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
+  drawn = {"labels": {}, "lines": {}}
+  for i, (ax, (metric, label)) in enumerate(zip(axes.flat, panels)):
+    drawn["lines"][metric] = []
+    for j, (name, found) in enumerate(curves.items()):
+      points = found.get(metric) or []
+      if points:
+        steps, values = zip(*points)
+        ax.plot(steps, values, color=cmap(j % cmap.N), label=name, linewidth=1.5,
+                marker="o" if len(points) < 30 else None, markersize=3)
+        drawn["lines"][metric].append(name)
+    if not drawn["lines"][metric]:
+      ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("step")
+    ax.set_ylabel(label)
+    ax.tick_params(axis="x", labelbottom=True)  # every panel says its steps
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, alpha=0.3)
+    drawn["labels"][metric] = (ax.get_xlabel(), ax.get_ylabel())
+  handles = [Line2D([], [], color=cmap(j % cmap.N), linewidth=2)
+             for j in range(len(curves))]
+  fig.legend(handles, list(curves), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=9,
+             title="run")
+  drawn["legend"] = list(curves)
+  fig.suptitle(title)
+  fig.tight_layout()
+  _save(fig, path)
+  return drawn

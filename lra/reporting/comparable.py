@@ -55,7 +55,7 @@ def _config_differences(result: dict, references: References) -> list[str]:
       if key not in ours:
         diffs.append(f"{key} not recorded")
       elif ours[key] != value:
-        diffs.append(f"{key}={ours[key]!r} (the {option} config: {value!r})")
+        diffs.append(f"{key}={ours[key]!r} ({option}: {value!r})")
     if best is None or len(diffs) < len(best):
       best = diffs
   return best
@@ -68,17 +68,17 @@ def _data_differences(result: dict) -> list[str]:
     return ["test split size not recorded"]
   diffs, full = [], FACTS[task]
   if test != full.test_size:
-    diffs.append(f"tested on {test} examples (full test split: {full.test_size})")
+    diffs.append(f"tested on {test} of {full.test_size} examples")
   if train is not None and train < full.train_size:
-    diffs.append(f"trained on {train} examples (full: {full.train_size})")
+    diffs.append(f"trained on {train} of {full.train_size}")
   return diffs
 
 
 def differences(result: dict, references: References) -> list[str]:
   """Why this run cannot stand beside the paper's number ([] when it can), against the
   reference configs that `references` makes."""
-  changed = ["settings changed on a resume (config_changes in results.json)"
-             ] if result.get("config_changes") else []
+  changed = ["settings changed on a resume (config_changes)"] if result.get(
+      "config_changes") else []
   stopped = result.get("stopped_early")
   if isinstance(stopped, dict):
     changed.append(f"stopped by {stopped.get('by')} after {stopped.get('step')} of "

@@ -34,21 +34,32 @@ def _accuracy_cell(ours, paper, paper_fail: bool, diff, comparable: bool, mark: 
   return _compare(text + mark, paper, paper_fail, diff)
 
 
+SHOWN_DIFFERENCES = 8  # per run under the table; accuracy.csv and .json list them all
+
+
+def _compact(why: list[str]) -> str:
+  """A run's differences from the paper's setup on one line: the first SHOWN_DIFFERENCES, then
+  how many more."""
+  shown = "; ".join(why[:SHOWN_DIFFERENCES])
+  more = len(why) - SHOWN_DIFFERENCES
+  return shown + (f"; +{more} more (accuracy.csv)" if more > 0 else "")
+
+
 def _marked_notes(table: dict) -> list[str]:
-  """The explanation of every `*`: why each marked cell is not comparable with the paper."""
+  """The explanation of every `*`: one line per marked run, its differences listed compactly
+  (`key=ours (base: the base config's value)`)."""
   notes = []
   for row in table["rows"]:
     for task in table["tasks"]:
       why = row["cells"][task]["not_comparable"]
       if why and row["cells"][task]["ours"] is not None:
         notes.append(f"- {MODEL_TITLES.get(row['model'], row['model'])} / "
-                     f"{TASK_TITLES.get(task, task)}: {'; '.join(why)}")
+                     f"{TASK_TITLES.get(task, task)}: {_compact(why)}")
   if not notes:
     return []
-  return ["", "\\* not comparable with the paper: the run did not use the task's full data "
-          "and the paper-comparable config (the task config's base or `,paper` option), so it "
-          "is shown without the paper's figure, and an average over it is marked too and not "
-          "set beside the paper's:", ""] + notes
+  return ["", "\\* not comparable with the paper (not the full data and its base or `,paper` "
+          "config): shown without the paper's figure, as is an average over it. Differences:",
+          ""] + notes
 
 
 def accuracy_markdown(table: dict) -> str:

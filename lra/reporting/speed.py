@@ -88,6 +88,37 @@ def speed_tables(rows: list[dict], baseline: str = "transformer") -> dict:
           "notes": notes}
 
 
+def score(row: dict, average: str) -> float | None:
+  """An accuracy-table row's figure for the chart: its avg5 or avg6, or one task's cell."""
+  cells = row.get("cells") or {}
+  return cells[average]["ours"] if average in cells else row.get(average)
+
+
+def bubble_refusal(acc_table: dict, tables: dict, average: str) -> str | None:
+  """Why the bubble chart of `average` would be empty (None when it draws a model): no model
+  has a run and a measurement, or none of those has the average; then it names the --average
+  to use instead, a task that every measured model ran (else the one most of them ran)."""
+  accuracy, speed, memory, length = bubble_inputs(acc_table, tables, average)
+  if set(accuracy) & set(speed) & set(memory):
+    return None
+  rows = {r["model"]: r for r in acc_table["rows"]
+          if any(c["ours"] is not None for c in r["cells"].values())}
+  both = sorted(set(rows) & set(speed) & set(memory))
+  if not both:
+    return (f"no model has both a finished run ({', '.join(sorted(rows)) or 'none'}) and a "
+            f"speed and memory figure at {length} tokens ({', '.join(sorted(speed)) or 'none'})"
+            f"; measure the models that ran: eval.py speed --models={','.join(sorted(rows))}")
+  tasks = list(acc_table["tasks"])
+  have = {t: sum(rows[m]["cells"][t]["ours"] is not None for m in both) for t in tasks}
+  best = max(tasks, key=lambda t: have[t])  # the first of the most common
+  which = ("a task every measured model ran" if have[best] == len(both) else
+           f"{have[best]} of the {len(both)} measured models ran it")
+  # avg6 too needs the five: a missing Path-X counts as 50.
+  over = average if average in tasks else "each of the five tasks but Path-X"
+  return (f"--average={average}: none of the measured models ({', '.join(both)}) has a run "
+          f"of {over}; use --average={best} ({which})")
+
+
 def bubble_inputs(acc_table: dict, tables: dict, average: str = "avg5",
                   length: int | None = None
                   ) -> tuple[dict[str, float], dict[str, float], dict[str, float], int | None]:
@@ -99,7 +130,8 @@ def bubble_inputs(acc_table: dict, tables: dict, average: str = "avg5",
   lengths = tables["lengths"]
   if length is None:
     length = lengths[-1] if lengths else None
-  accuracy = {r["model"]: r[average] for r in acc_table["rows"] if r[average] is not None}
+  accuracy = {r["model"]: score(r, average) for r in acc_table["rows"]
+              if score(r, average) is not None}
   speed, memory = {}, {}
   for model in tables["models"]:
     s = tables["speed"][model].get(length)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 
 from lra.errors import UserError
-from lra.training import options, profiling
+from lra.training import options, profiling, writers
 from lra.models import registry
 from lra.models import settings as s
 
@@ -36,6 +36,7 @@ def check_config(config, devices: int) -> None:
                     f"device takes an equal share of every micro-batch")
   registry.check_settings(config.model.name, config.model.attention.keys())
   profiling.profile_range(config)  # "START,STOP" or ""
+  writers.check(config)  # known names; wandb installed where named
 
 
 def check_train_split(config, train_examples: int) -> None:

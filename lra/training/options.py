@@ -16,6 +16,7 @@ from lra.models import settings as s
 
 SCHEDULES = ("rsqrt", "cosine", "constant", "linear")  # lra.training.optim builds each one
 OBJECTIVES = ("classify", "denoise")  # lra.training.steps and lra.training.pretrain
+WRITERS = ("jsonl", "tensorboard", "wandb")  # lra.training.writers runs each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +103,13 @@ TABLE: dict[str, Option] = {
     # Its form is checked by lra.training.profiling.profile_range.
     "profile_steps": Option("", None, '"START,STOP": a jax.profiler trace of the STOP-START '
                             'train steps after step START (e.g. "10,15": steps 11 to 15 of the '
-                            'log) into WORKDIR/profile, for XProf (TensorBoard\'s profile '
-                            'plugin) or Perfetto; "" = off', resume=True, ignored=True),
+                            'log) into WORKDIR/tensorboard/plugins/profile, for TensorBoard\'s '
+                            'profile tab (XProf) or Perfetto; "" = off', resume=True,
+                            ignored=True),
+    # Checked by lra.training.writers.check (the names, and that wandb is installed).
+    "writers": Option("jsonl,tensorboard", None, 'metric writers, a comma list of "jsonl", '
+                      '"tensorboard", "wandb" (W&B: pip install -e ".[wandb]"); '
+                      'metrics.jsonl is always written', resume=True, ignored=True),
 }
 
 IGNORED_BY_COMPARISON = frozenset(name for name, o in TABLE.items() if o.ignored)

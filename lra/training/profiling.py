@@ -8,6 +8,7 @@ import jax
 
 from lra import paths
 from lra.errors import UserError
+from lra.training import writers
 
 
 def enable_compilation_cache(directory: str) -> None:
@@ -38,13 +39,16 @@ def profile_range(config) -> tuple[int, int] | None:
 
 
 class Trace:
-  """The trace of steps START+1..STOP (config.profile_steps) into WORKDIR/profile, one folder
-  per process on several hosts. The profiler writes local files; a remote workdir gets them
-  uploaded when the trace stops."""
+  """The trace of steps START+1..STOP (config.profile_steps) below WORKDIR/tensorboard, the
+  TensorBoard log folder: jax.profiler writes plugins/profile/RUN/HOST.xplane.pb there, where
+  TensorBoard's profile plugin finds it (`tensorboard --logdir WORKDIR/tensorboard`, profile
+  tab). Several processes trace into tensorboard/process_N each (one TensorBoard run each:
+  processes on one host would share a file name). The profiler writes local files; a remote
+  workdir gets them uploaded when the trace stops."""
 
   def __init__(self, config, workdir, first_step: int):
     self.range, self.first_step, self.staging = profile_range(config), first_step, None
-    self.folder = workdir / "profile"
+    self.folder = workdir / writers.TENSORBOARD_DIR
     if jax.process_count() > 1:  # each host traces its own devices
       self.folder = self.folder / f"process_{jax.process_index()}"
 
@@ -61,4 +65,5 @@ class Trace:
     jax.profiler.stop_trace()
     self.staging.close()
     self.staging = None
-    return f"profiler trace written to {self.folder} (XProf or https://ui.perfetto.dev read it)"
+    return (f"profiler trace written to {self.folder}/plugins/profile (TensorBoard's profile "
+            f"tab: tensorboard --logdir {self.folder}; or https://ui.perfetto.dev)")

@@ -17,11 +17,12 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lra import models
-from lra import config_record, hardware, paths
+from lra import config_record, paths
 from lra.data import batches, tasks
 from lra.errors import UserError
 from lra.training import (checkpoint, config_checks, faults, initialise, optim, preemption,
-                          pretrain, profiling, progress, steps, workdir as workdir_lib)
+                          pretrain, profiling, progress, run_record, steps,
+                          workdir as workdir_lib)
 from lra.training.checkpoint import Checkpoints, MismatchError
 from lra.training.writers import MetricWriter
 
@@ -107,15 +108,6 @@ def evaluate(eval_step, state, split, batch_size: int, sharding, padding: bool =
   count = float(total["count"])
   return {"loss": float(total["loss_sum"]) / count,
           "accuracy": float(total["correct"]) / count, "count": int(count)}
-
-
-def describe_hardware() -> dict[str, Any]:
-  """The devices, and the host CPU's model and family (XLA's CPU code may round differently on
-  another family: tests/test_stored_results.py reads it)."""
-  device = jax.devices()[0]
-  return {"platform": device.platform, "device_kind": device.device_kind,
-          "device_count": jax.device_count(), "process_count": jax.process_count(),
-          "jax_version": jax.__version__, **hardware.describe_cpu()}
 
 
 def _write_json(path, obj) -> None:
@@ -298,7 +290,8 @@ def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
       # The steps trained: config.num_train_steps unless max_train_time_s ended it earlier.
       "num_train_steps": int(state.step), "planned_num_train_steps": config.num_train_steps,
       "stopped_early": stopped, "train_time_s": meta["train_time_s"],
-      "hardware": describe_hardware(), "config": config.to_dict(),
+      # The machine, the code (version, git commit, libraries) and the parameter count.
+      **run_record.describe(best_state), "config": config.to_dict(),
       "data": task.data,  # what made the data (lra.data.record) and any cut of its rows
       "tested_step": int(best_state.step), "tested_checkpoint": tested,
       # Settings changed on resumes, and resumes of a diverged run (workdir_lib.check_resume).
@@ -362,7 +355,8 @@ def train_and_evaluate(config, workdir: str, devices=None,
     _write_json(workdir / "config.json", config.to_dict())
     if int(state.step):
       _say_once(f"Resuming from the checkpoint at step {int(state.step)} in {workdir}")
-    writer = MetricWriter(workdir, int(state.step))  # drops rows written after the checkpoint
+    # Drops the rows written after the checkpoint; records the config (TensorBoard, W&B).
+    writer = MetricWriter(workdir, int(state.step), config)
     evaluate_split = functools.partial(evaluate, eval_step, batch_size=config.eval_batch_size,
                                        sharding=sharding, padding=task.padding, config=config)
     state, stopped = _train(config, workdir, task, train_step, evaluate_split, sharding,

@@ -1,0 +1,173 @@
+"""eval.py for papers: `curves` (loss and accuracy against step for a set of runs), a bubble
+chart refused in one line where it would be empty, the paper rows of the models that ran (or
+all of them), and `speed`'s grid on a CPU when --lengths and --batch are not given. In-process
+calls of eval.main, on made-up files (no training)."""
+import importlib
+import json
+
+import pytest
+from PIL import Image
+
+from lra import measuring
+from lra.reporting import charts
+
+EVAL = importlib.import_module("eval")
+
+
+def _eval(capsys, *args) -> tuple[int, str, str]:
+  """(exit code, stdout, stderr) of `python eval.py ARGS`."""
+  try:
+    EVAL.main(list(args))
+    code = 0
+  except SystemExit as e:
+    code = e.code
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+def _error(err: str) -> str:
+  lines = [l for l in err.splitlines() if l.strip()]
+  assert len(lines) == 1 and lines[0].startswith("error: "), err
+  return lines[0]
+
+
+def _metrics(run, rows: list[dict], torn: str = "") -> str:
+  run.mkdir(parents=True)
+  (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + torn)
+  return str(run)
+
+
+def _train_rows(loss: float, steps=(2, 4, 6)) -> list[dict]:
+  rows = []
+  for step in steps:
+    rows.append({"step": step, "kind": "train", "train_loss": loss / step,
+                 "train_accuracy": 0.1 * step, "steps_per_s": 3.0, "learning_rate": 0.1})
+    if step % 4 == 0:
+      rows.append({"step": step, "kind": "val", "val_loss": loss / step, "val_accuracy": 0.3})
+  return rows + [{"step": steps[-1], "kind": "test", "test_accuracy": 0.3, "test_loss": 1.0}]
+
+
+def test_curves_draws_every_run_with_labelled_axes_and_a_legend(capsys, tmp_path, monkeypatch):
+  a = _metrics(tmp_path / "grid" / "a" / "transformer", _train_rows(2.0))
+  # A run killed in mid-write: its torn last line is left out, as a resume drops it.
+  b = _metrics(tmp_path / "grid" / "b" / "transformer", _train_rows(3.0),
+               torn='{"step": 8, "train_lo')
+  c = _metrics(tmp_path / "performer", _train_rows(2.5, steps=(2, 4)))
+  drawn = []
+  real = charts.curves_chart
+  monkeypatch.setattr(charts, "curves_chart", lambda *a, **k: drawn.append(real(*a, **k)))
+  code, out, err = _eval(capsys, "curves", a, b, c, f"--out={tmp_path / 'out'}")
+  assert code == 0, err
+  (chart,) = drawn
+  assert chart["legend"] == ["a/transformer", "b/transformer", "performer"]  # told apart
+  assert chart["labels"] == {"train_loss": ("step", "train loss"),
+                             "val_loss": ("step", "validation loss"),
+                             "train_accuracy": ("step", "train accuracy (%)"),
+                             "val_accuracy": ("step", "validation accuracy (%)")}
+  assert all(lines == chart["legend"] for lines in chart["lines"].values())
+  assert Image.open(tmp_path / "out" / "curves.png").size[0] > 800
+  assert "wrote" in out and "curves.png" in out
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "no metrics.jsonl"),
+    ('{"step": 2, "train_loss": 1.0}\nnot json\n{"step": 4, "train_loss": 0.9}\n',
+     "line 2 is not JSON"),
+    ('{"train_loss": 1.0}\n', "line 1 has no integer 'step'"),
+    ('{"step": 2, "train_loss": "high"}\n', "line 1: train_loss='high' is not a finite number"),
+])
+def test_curves_of_a_missing_or_malformed_metrics_file_is_one_line(capsys, tmp_path, content,
+                                                                  words):
+  run = tmp_path / "run"
+  run.mkdir()
+  if content is not None:
+    (run / "metrics.jsonl").write_text(content)
+  code, _, err = _eval(capsys, "curves", str(run), f"--out={tmp_path / 'out'}")
+  assert code == 1 and words in _error(err) and str(run) in _error(err)
+  assert not (tmp_path / "out").exists()
+
+
+def _result(root, model: str, task: str, accuracy: float) -> None:
+  run = root / f"{model}_{task}"
+  run.mkdir(parents=True)
+  (run / "results.json").write_text(json.dumps({
+      "task": task, "model": model, "test_accuracy": accuracy, "test_loss": 1.0,
+      "test_count": 2000, "best_step": 100, "best_val_accuracy": accuracy,
+      "num_train_steps": 100, "test_majority_rate": 0.1,
+      "config": {"task": task, "model": {"name": model}}}))
+
+
+def _speed(path, models) -> str:
+  rows = [{"model": m, "length": 1024, "status": "ok", "steps_per_s": 2.0,
+           "compiled_memory_bytes": 10**8} for m in models]
+  path.write_text(json.dumps({"machine": {"device_kind": "cpu"}, "rows": rows}))
+  return str(path)
+
+
+def test_bubble_chart_over_an_average_no_model_has_is_refused(capsys, tmp_path):
+  for model in ("transformer", "performer"):
+    for task in ("listops", "text"):
+      _result(tmp_path / "runs", model, task, 0.4)
+  _result(tmp_path / "runs", "performer", "image", 0.4)
+  speed = _speed(tmp_path / "speed.json", ["transformer", "performer"])
+  out = tmp_path / "out"
+  code, _, err = _eval(capsys, "accuracy", str(tmp_path / "runs"), f"--speed={speed}",
+                       f"--out={out}")  # --average=avg5: no model ran the five tasks
+  line = _error(err)
+  assert code == 1 and "--average=avg5: none of the measured models" in line
+  assert "use --average=listops (a task every measured model ran)" in line
+  assert not out.exists()  # nothing written, not even the tables
+  code, _, err = _eval(capsys, "accuracy", str(tmp_path / "runs"), f"--speed={speed}",
+                       "--average=image", f"--out={out}")  # only performer ran it: drawn
+  assert code == 0, err
+  assert (out / "bubble.png").exists()
+  # No measured model has a run at all.
+  other = _speed(tmp_path / "other.json", ["linformer"])
+  code, _, err = _eval(capsys, "accuracy", str(tmp_path / "runs"), f"--speed={other}",
+                       "--average=listops", f"--out={tmp_path / 'out2'}")
+  assert code == 1 and "no model has both a finished run" in _error(err)
+  assert "eval.py speed --models=performer,transformer" in _error(err)
+
+
+def test_paper_rows_of_the_models_that_ran_unless_all_are_asked_for(capsys, tmp_path):
+  _result(tmp_path / "runs", "performer", "listops", 0.4)
+  code, out, err = _eval(capsys, "accuracy", str(tmp_path / "runs"),
+                         f"--out={tmp_path / 'out'}")
+  assert code == 0, err
+  rows = [l for l in out.splitlines() if l.startswith("| ") and not l.startswith("| Model")]
+  assert [r.split(" | ")[0] for r in rows] == ["| Performer"]
+  assert "- (65.4)" in rows[0]  # the paper's Text figure, beside no run of ours
+  code, out, err = _eval(capsys, "accuracy", str(tmp_path / "runs"), "--all_paper_rows",
+                         f"--out={tmp_path / 'out'}")
+  assert code == 0, err
+  assert "| Transformer |" in out and "| BigBird |" in out
+
+
+@pytest.mark.parametrize("platform, lengths, batch, said", [
+    ("cpu", [512, 1024], 4, True),
+    ("gpu", [1024, 2048, 3072, 4096], 32, False),
+])
+def test_speed_without_lengths_and_batch_measures_the_machines_grid(
+    capsys, tmp_path, monkeypatch, platform, lengths, batch, said):
+  measured = []
+  monkeypatch.setattr(measuring, "machine_in_fresh_process", lambda dtype: {
+      "platform": platform, "device_kind": platform, "device_count": 1,
+      "matmul_peak_flops_per_s": 1e11})
+
+  def measure(model, length, batch, *args):
+    measured.append((model, length, batch))
+    return {"model": model, "length": length, "batch": batch, "status": "ok",
+            "steps_per_s": 1.0, "compiled_memory_bytes": 10**8}
+  monkeypatch.setattr(measuring, "run_in_fresh_process", measure)
+  code, out, err = _eval(capsys, "speed", "--models=transformer", f"--out={tmp_path}")
+  assert code == 0, err
+  assert measured == [("transformer", n, batch) for n in lengths]
+  assert ("CPU: the CPU-sized grid (lengths 512,1024, batch 4;" in out) == said
+  assert ("(1 model x 2 lengths, one process each)" in out) == said
+  machine = json.loads((tmp_path / "speed.json").read_text())["machine"]
+  assert machine["batch"] == batch and machine["software"]["libraries"]["jax"]
+  # Given flags are kept as they are on a CPU too.
+  measured.clear()
+  code, out, err = _eval(capsys, "speed", "--models=transformer", "--lengths=64", "--batch=2",
+                         f"--out={tmp_path}")
+  assert code == 0 and measured == [("transformer", 64, 2)] and "CPU-sized" not in out
