@@ -44,7 +44,7 @@ def _no_data_config(tmp_path, **overrides):
     ("ssm_learning_rate", -1.0, "a number >= 0.0"),
     ("eval_batch_size", 0, "an integer >= 1"),
     ("log_every", 0, "an integer >= 1"),
-    ("schedule", "linear", "one of 'rsqrt', 'cosine', 'constant'"),
+    ("schedule", "linearly", "one of 'rsqrt', 'cosine', 'constant', 'linear'"),
 ])
 def test_a_setting_that_cannot_be_right_is_refused_before_the_data(tmp_path, key, value,
                                                                     allowed):
