@@ -2,7 +2,6 @@
 chart refused in one line where it would be empty, the paper rows of the models that ran (or
 all of them), and `speed`'s grid on a CPU when --lengths and --batch are not given. In-process
 calls of eval.main, on made-up files (no training)."""
-import importlib
 import json
 
 import pytest
@@ -11,24 +10,7 @@ from PIL import Image
 from lra import measuring
 from lra.reporting import charts
 
-EVAL = importlib.import_module("eval")
-
-
-def _eval(capsys, *args) -> tuple[int, str, str]:
-  """(exit code, stdout, stderr) of `python eval.py ARGS`."""
-  try:
-    EVAL.main(list(args))
-    code = 0
-  except SystemExit as e:
-    code = e.code
-  out, err = capsys.readouterr()
-  return code, out, err
-
-
-def _error(err: str) -> str:
-  lines = [l for l in err.splitlines() if l.strip()]
-  assert len(lines) == 1 and lines[0].startswith("error: "), err
-  return lines[0]
+from tests.test_eval_faults import _eval, _one_error_line as _error  # one eval.py runner
 
 
 def _metrics(run, rows: list[dict], torn: str = "") -> str:
