@@ -17,7 +17,6 @@ from lra.errors import UserError
 # --protocol: how each cell trains. spt (self-pretraining, Amos et al. 2024): a denoise run on
 # the cell's training inputs, then a run initialised from its encoder (config.init_from).
 PROTOCOLS = ("scratch", "spt")
-REPO = PACKAGE_ROOT  # configs/ (and train.py in a checkout)
 PRESETS = {"cpu": ",cpu", "paper": ",paper", "base": ""}
 # Grid names that are another mixer with settings: (registered mixer, --set items), an item
 # TASK:KEY=VALUE for that task's runs only (alias_settings). Each is a row of its own in the
@@ -106,10 +105,10 @@ def _script_paths() -> tuple[tuple[str, ...], str]:
   the repository (the printed commands then read as the README's), else absolute; an installed
   package (no checkout) runs `python -m lra.train`."""
   if INSTALLED:
-    return ("-m", "lra.train"), os.path.join(REPO, "configs")
-  here = os.path.samefile(os.getcwd(), REPO)
-  return (("train.py",), "configs") if here else ((os.path.join(REPO, "train.py"),),
-                                                  os.path.join(REPO, "configs"))
+    return ("-m", "lra.train"), os.path.join(PACKAGE_ROOT, "configs")
+  here = os.path.samefile(os.getcwd(), PACKAGE_ROOT)
+  return (("train.py",), "configs") if here else ((os.path.join(PACKAGE_ROOT, "train.py"),),
+                                                  os.path.join(PACKAGE_ROOT, "configs"))
 
 
 def _workdir(root: str, task: str, model: str, preset: str, seed: int | None) -> str:

@@ -13,14 +13,16 @@ import pathlib
 import platform
 import subprocess
 
+from lra import PACKAGE_ROOT
+
 # The libraries whose versions change what a run computes or how fast.
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")
 # Recorded only where installed: the accelerator plugin (or libtpu) that ran the numbers.
 PLUGINS = ("jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
            "libtpu")
 GIT_TIMEOUT_S = 5.0  # a slow or hung git (a network filesystem) never holds up a run
-# The folder that holds the lra package: a checkout's root, or site-packages when installed.
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+# A checkout's root (setup.py, .git), or the installed package's folder (neither).
+ROOT = pathlib.Path(PACKAGE_ROOT)
 
 
 def installed_version(name: str) -> str | None:

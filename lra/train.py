@@ -60,10 +60,17 @@ def _unknown_override(error: AttributeError, argv) -> str | None:
           f"key must already exist in the config (see the config file for the valid keys)")
 
 
-def _config_specs(argv) -> list[str]:
-  """The values of --config (or -config) on the command line."""
-  return [a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
-          for i, a in enumerate(argv) if re.match(r"--?config(=|$)", a)]
+def _config_values(argv) -> list[tuple[int, str]]:
+  """Where each --config (or -config) value stands: (index in argv, the text before the value
+  there: "--config=" when given inline, "" when it is the next argument)."""
+  found = []
+  for i, arg in enumerate(argv):
+    flag = re.match(r"--?config(=|$)", arg)
+    if flag and flag.group(1):
+      found.append((i, arg[:flag.end()]))
+    elif flag and i + 1 < len(argv):
+      found.append((i + 1, ""))
+  return found
 
 
 def _config_anywhere(argv: list[str]) -> list[str]:
@@ -71,16 +78,11 @@ def _config_anywhere(argv: list[str]) -> list[str]:
   the checkout or the installed package (lra.PACKAGE_ROOT): commands work from any folder."""
   from lra import PACKAGE_ROOT
   out = list(argv)
-  for i, arg in enumerate(out):
-    flag = re.match(r"--?config(=|$)", arg)
-    j, value = (i, arg[flag.end():]) if flag and flag.group(1) else (i + 1, None)
-    if not flag or (value is None and j >= len(out)):
-      continue
-    value = out[j] if value is None else value
-    file, sep, rest = value.partition(":")
+  for i, prefix in _config_values(out):
+    file, sep, rest = out[i][len(prefix):].partition(":")
     packaged = os.path.join(PACKAGE_ROOT, file)
     if file and not os.path.isabs(file) and not os.path.exists(file) and os.path.isfile(packaged):
-      out[j] = (arg[:flag.end()] if j == i else "") + packaged + sep + rest
+      out[i] = prefix + packaged + sep + rest
   return out
 
 
@@ -93,8 +95,8 @@ def _parse_flags(argv):
   except UserError as e:
     _fail(str(e))
   argv = _config_anywhere(argv)
-  if len(_config_specs(argv)) > 1:  # absl would fail with its internals
-    _fail(f"--config is given {len(_config_specs(argv))} times; give it once (change single "
+  if len(_config_values(argv)) > 1:  # absl would fail with its internals
+    _fail(f"--config is given {len(_config_values(argv))} times; give it once (change single "
           f"settings with --config.KEY=VALUE)")
   try:
     rest = flags.FLAGS(argv)

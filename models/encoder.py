@@ -146,7 +146,7 @@ class Block(nn.Module):
           residual_branch(1, mlp, x_BxLxD)
     sublayers = [mixer, mlp] if c.feedforward else [mixer]
     for index, f in enumerate(sublayers):
-      if index == 0 and registry.gated_residual(self.mixer):  # x + u (dropout(h) - x)
+      if index == 0 and getattr(module, "GATED_RESIDUAL", False):  # x + u (dropout(h) - x)
         h_BxLxD, u_BxLxD = module.candidate_and_gate(
             norm(0, x_BxLxD) if c.prenorm else x_BxLxD, mask_BxL, deterministic=deterministic)
         x_BxLxD = x_BxLxD + u_BxLxD * (drop(h_BxLxD, deterministic=deterministic) - x_BxLxD)

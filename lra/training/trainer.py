@@ -332,7 +332,8 @@ def train_and_evaluate(config, workdir: str, devices=None,
   workdir = paths.resolve(workdir)  # local (made absolute, as Orbax needs) or gs://...
   mesh = make_mesh(devices)
   config_checks.check_config(config, mesh.devices.size)  # before any data or compiling
-  _warn(list(filter(None, [config_checks.short_run_warning(config)])))  # a run cut short
+  short = config_checks.short_run_warning(config)  # a run cut short
+  _warn([short] if short else [])
   faults.prepare_workdir(workdir)  # a folder this process can write
   lock = workdir_lib.Lock(workdir)  # a second trainer on this workdir stops here
   ckpts = writer = None
