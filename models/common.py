@@ -17,8 +17,8 @@ MASK_VALUE = -1e9
 class Mixer(nn.Module):
   """Base of every token mixer: mixer(x_BxLxD, mask_BxL, deterministic=...) -> BxLxD.
 
-  The encoder fills the fields declared here (and layer_index / shared where a mixer declares
-  them); a config sets the others, in config.model.attention. A subclass declares one check per
+  The encoder fills the fields declared here (and layer_index / shared / num_layers where a
+  mixer declares them); a config sets the others, in config.model.attention. A subclass declares one check per
   user setting in SETTINGS (the contract test makes sure each has one) and overrides
   `check_settings` for rules across settings, calling super(). The checks run when the mixer is
   constructed, so models.build rejects a bad config before anything is traced.

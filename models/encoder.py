@@ -10,11 +10,9 @@ import numpy as np
 
 from lra.models import registry, reversible
 from lra.models import settings as s
-from lra.models.settings import NORMS, POOLINGS, POSITIONS, EncoderConfig
+from lra.models.settings import HEADS, INPUT_ENCODERS, NORMS, POOLINGS, POSITIONS, EncoderConfig
 
 PAIR_FEATURES = ("uvpd", "uv")  # [u, v, u*v, u-v] (the paper) or [u, v] (the code shipped)
-# BatchNorm's running averages: new = 0.9 old + 0.1 batch (PyTorch's default, as S4's runs used).
-BATCH_NORM_MOMENTUM = 0.9
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -84,18 +82,21 @@ class MLP(nn.Module):
     return jnp.moveaxis(y_NxBxCxD, 0, 1).reshape(batch, size * chunks, dim)[:, :length]
 
 
-def normalize(kind: str, dtype: str, x_BxLxD, mask_BxL, *, deterministic: bool,
+def normalize(config: EncoderConfig, x_BxLxD, mask_BxL, *, deterministic: bool,
               name: str | None = None):
-  """LayerNorm, or BatchNorm per channel over the batch and the real (unpadded) tokens.
+  """LayerNorm, or BatchNorm per channel over the batch and the real (unpadded) tokens
+  (config.norm, in config.dtype).
 
   BatchNorm keeps running averages in the "batch_stats" collection (updated when not
-  deterministic, used when deterministic). Built in the caller's scope.
+  deterministic, used when deterministic; config.batch_norm_momentum). Built in the caller's
+  scope.
   """
+  kind = config.norm
   if kind == "layer":
-    return nn.LayerNorm(dtype=dtype, name=name)(x_BxLxD)
+    return nn.LayerNorm(dtype=config.dtype, name=name)(x_BxLxD)
   if kind == "batch":
-    norm = nn.BatchNorm(use_running_average=deterministic, momentum=BATCH_NORM_MOMENTUM,
-                        epsilon=1e-5, dtype=dtype, name=name)
+    norm = nn.BatchNorm(use_running_average=deterministic, momentum=config.batch_norm_momentum,
+                        epsilon=1e-5, dtype=config.dtype, name=name)
     return norm(x_BxLxD, mask=mask_BxL[..., None])
   raise ValueError(f"unknown norm {kind!r}; valid: {', '.join(NORMS)}")
 
@@ -133,8 +134,7 @@ class Block(nn.Module):
 
     def norm(index, h_BxLxD):  # explicit names: a branch alone builds the same ones
       name = f"{'LayerNorm' if c.norm == 'layer' else 'BatchNorm'}_{index}"
-      return normalize(c.norm, c.dtype, h_BxLxD, mask_BxL, deterministic=deterministic,
-                       name=name)
+      return normalize(c, h_BxLxD, mask_BxL, deterministic=deterministic, name=name)
 
     def residual_branch(index, f, h_BxLxD):
       return drop(f(norm(index, h_BxLxD)), deterministic=deterministic)
@@ -163,7 +163,7 @@ def make_mixer(mixer: str, settings, config: EncoderConfig, **fields):
   (registry.make; `fields`: layer_index, shared, name, length)."""
   return registry.make(mixer, dict(settings), num_heads=config.num_heads,
                        qkv_dim=config.qkv_dim, dropout_rate=config.attention_dropout_rate,
-                       dtype=config.dtype, **fields)
+                       dtype=config.dtype, num_layers=config.num_layers, **fields)
 
 
 def make_shared(mixer: str, settings, config: EncoderConfig):
@@ -204,6 +204,7 @@ class Encoder(nn.Module):
   mixer: str = "transformer"
   mixer_settings: Any = None  # dict passed straight to the mixer
   config: EncoderConfig = EncoderConfig()
+  mask_id: int = -1  # the denoise mask token's id (a "linear" encoder learns its vector); -1: none
 
   @nn.compact
   def __call__(self, inputs_BxL, mask_BxL=None, *, deterministic: bool = True,
@@ -214,9 +215,7 @@ class Encoder(nn.Module):
       raise ValueError(f"input length {length} exceeds the model's max_len {self.max_len}")
     if mask_BxL is None:
       mask_BxL = inputs_BxL != 0
-    x_BxLxD = nn.Embed(self.vocab_size, c.emb_dim,
-                       embedding_init=nn.initializers.normal(stddev=1.0),
-                       name="embed")(inputs_BxL.astype(jnp.int32))
+    x_BxLxD = self._embed(inputs_BxL)
     if c.use_cls:
       # A zero-initialised learned token in front; its position is 0 (max_len + 1 positions).
       cls_1x1xD = self.param("cls", nn.initializers.zeros, (1, 1, c.emb_dim))
@@ -235,20 +234,41 @@ class Encoder(nn.Module):
     else:
       raise ValueError(f"unknown positions {c.positions!r}; valid: {', '.join(POSITIONS)}")
     x_BxLxD = (x_BxLxD + pos_LxD[None]).astype(c.dtype)
-    x_BxLxD = nn.Dropout(c.dropout_rate)(x_BxLxD, deterministic=deterministic)
+    if c.input_dropout:
+      x_BxLxD = nn.Dropout(c.dropout_rate)(x_BxLxD, deterministic=deterministic)
+    # pad_like_authors: the blocks and norms take every position as real (the official S4/S5
+    # function); pooling below still counts only the real ones, as theirs does.
+    seen_BxL = jnp.ones_like(mask_BxL) if c.pad_like_authors else mask_BxL
     shared = make_shared(self.mixer, self.settings, c)
     if c.reversible:
-      x_BxLxD = self._reversible_blocks(shared, x_BxLxD, mask_BxL, deterministic)
+      x_BxLxD = self._reversible_blocks(shared, x_BxLxD, seen_BxL, deterministic)
     else:
       for i in range(c.num_layers):
-        x_BxLxD = self._block(i, shared)(x_BxLxD, mask_BxL, deterministic=deterministic)
-    if c.prenorm:  # post-norm blocks end normalised already
-      x_BxLxD = normalize(c.norm, c.dtype, x_BxLxD, mask_BxL,
-                          deterministic=deterministic, name="final_norm")
+        x_BxLxD = self._block(i, shared)(x_BxLxD, seen_BxL, deterministic=deterministic)
+    if c.prenorm and c.final_norm:  # post-norm blocks end normalised already
+      x_BxLxD = normalize(c, x_BxLxD, seen_BxL, deterministic=deterministic, name="final_norm")
     x_BxLxD = x_BxLxD.astype(jnp.float32)
     if tokens:
       return x_BxLxD[:, int(c.use_cls):]
     return pool(x_BxLxD, mask_BxL, c.pooling)
+
+  def _embed(self, inputs_BxL):
+    """BxL ids -> BxLxD: a table row per id, or (input_encoder "linear") Dense(1 -> D) of the
+    normalised value, with a learned vector for the mask token."""
+    c = self.config
+    if c.input_encoder == "embedding":
+      return nn.Embed(self.vocab_size, c.emb_dim,
+                      embedding_init=nn.initializers.normal(stddev=1.0),
+                      name="embed")(inputs_BxL.astype(jnp.int32))
+    if c.input_encoder != "linear":
+      raise ValueError(f"unknown input_encoder {c.input_encoder!r}; valid: "
+                       f"{', '.join(INPUT_ENCODERS)}")
+    value_BxLx1 = (inputs_BxL.astype(jnp.float32)[..., None] - c.input_mean) / c.input_std
+    x_BxLxD = nn.Dense(c.emb_dim, name="embed_linear")(value_BxLx1)  # lecun normal, as S5's
+    if self.mask_id >= 0:
+      mask_D = self.param("mask_embed", nn.initializers.normal(stddev=1.0), (c.emb_dim,))
+      x_BxLxD = jnp.where((inputs_BxL == self.mask_id)[..., None], mask_D, x_BxLxD)
+    return x_BxLxD
 
   @property
   def settings(self) -> dict:
@@ -309,21 +329,39 @@ def pool(x_BxLxD, mask_BxL, pooling: str):
   raise ValueError(f"unknown pooling {pooling!r}; valid: {', '.join(POOLINGS)}")
 
 
+def head(kind: str, hidden: int, num_classes: int, features_BxF, *, pair: bool = False):
+  """The classifier after pooling (config.head), built in the caller's scope: "mlp" is LRA's
+  (xavier uniform; a pair task's has a second hidden layer of hidden/2), "linear" and
+  "gelu_mlp" the SSM papers' (Flax's default lecun normal, as S5's)."""
+  if kind == "mlp":
+    init = nn.initializers.xavier_uniform()
+    h = nn.relu(nn.Dense(hidden, kernel_init=init, name="head_hidden")(features_BxF))
+    if pair:
+      h = nn.relu(nn.Dense(hidden // 2, kernel_init=init, name="head_hidden2")(h))
+    return nn.Dense(num_classes, kernel_init=init, name="head_out")(h)
+  if kind == "gelu_mlp":
+    features_BxF = nn.gelu(nn.Dense(hidden, name="head_hidden")(features_BxF))
+  elif kind != "linear":
+    raise ValueError(f"unknown head {kind!r}; valid: {', '.join(HEADS)}")
+  return nn.Dense(num_classes, name="head_out")(features_BxF)
+
+
 class Classifier(nn.Module):
-  """Encoder + head Dense(mlp_dim)-ReLU-Dense(classes). Logits in float32."""
+  """Encoder + head (config.head; LRA's Dense(mlp_dim)-ReLU-Dense). Logits in float32."""
   encoder: Encoder
   num_classes: int
 
   @nn.compact
   def __call__(self, inputs_BxL, mask_BxL=None, *, deterministic: bool = True):
     u_BxD = self.encoder(inputs_BxL, mask_BxL, deterministic=deterministic)
-    init = nn.initializers.xavier_uniform()
-    h = nn.relu(nn.Dense(self.encoder.config.mlp_dim, kernel_init=init, name="head_hidden")(u_BxD))
-    return nn.Dense(self.num_classes, kernel_init=init, name="head_out")(h)
+    c = self.encoder.config
+    return head(c.head, c.mlp_dim, self.num_classes, u_BxD)
 
 
 class DualClassifier(nn.Module):
-  """Pair tasks: one encoder shared by both inputs, no cross attention."""
+  """Pair tasks: one encoder shared by both inputs, no cross attention. Both documents go
+  through it as one batch of 2B, so BatchNorm normalises over both at once and updates its
+  running averages once per step, as the S5 authors' retrieval model does."""
   encoder: Encoder
   num_classes: int
   pair_features: str = "uvpd"
@@ -331,8 +369,11 @@ class DualClassifier(nn.Module):
   @nn.compact
   def __call__(self, inputs_BxL, inputs2_BxL, mask_BxL=None, mask2_BxL=None, *,
                deterministic: bool = True):
-    u_BxD = self.encoder(inputs_BxL, mask_BxL, deterministic=deterministic)
-    v_BxD = self.encoder(inputs2_BxL, mask2_BxL, deterministic=deterministic)
+    masks = [inputs_BxL != 0 if mask_BxL is None else mask_BxL,
+             inputs2_BxL != 0 if mask2_BxL is None else mask2_BxL]
+    both_2BxD = self.encoder(jnp.concatenate([inputs_BxL, inputs2_BxL]),
+                             jnp.concatenate(masks), deterministic=deterministic)
+    u_BxD, v_BxD = jnp.split(both_2BxD, 2)
     if self.pair_features == "uvpd":
       features = jnp.concatenate([u_BxD, v_BxD, u_BxD * v_BxD, u_BxD - v_BxD], axis=-1)
     elif self.pair_features == "uv":
@@ -340,11 +381,8 @@ class DualClassifier(nn.Module):
     else:
       raise ValueError(f"unknown pair_features {self.pair_features!r}; "
                        f"valid: {', '.join(PAIR_FEATURES)}")
-    init = nn.initializers.xavier_uniform()
-    mlp = self.encoder.config.mlp_dim
-    h = nn.relu(nn.Dense(mlp, kernel_init=init, name="head_hidden")(features))
-    h = nn.relu(nn.Dense(mlp // 2, kernel_init=init, name="head_hidden2")(h))
-    return nn.Dense(self.num_classes, kernel_init=init, name="head_out")(h)
+    c = self.encoder.config
+    return head(c.head, c.mlp_dim, self.num_classes, features, pair=True)
 
 
 class Denoiser(nn.Module):
@@ -363,11 +401,11 @@ class Denoiser(nn.Module):
 
 
 def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair: bool,
-          denoise: bool = False):
+          denoise: bool = False, mask_token: bool = False):
   """Builds the classifier (or with `denoise`, the Denoiser with num_classes outputs per
   token, one tower even for a pair task) from a plain dict of model settings (config.model).
-  Checks every setting now, the mixer's included (SettingError): a bad config fails before
-  any tracing."""
+  `mask_token`: the last id, vocab_size - 1, is the denoise mask token. Checks every setting
+  now, the mixer's included (SettingError): a bad config fails before any tracing."""
   model = dict(model)
   mixer = model.pop("name")
   settings = dict(model.pop("attention", {}) or {})
@@ -385,7 +423,8 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
            "is no additive branch f of a reversible layer)")
   config = EncoderConfig(**model)
   encoder = Encoder(vocab_size=vocab_size, max_len=max_len, mixer=mixer,
-                    mixer_settings=settings, config=config)
+                    mixer_settings=settings, config=config,
+                    mask_id=vocab_size - 1 if mask_token else -1)
   # The mixer as the blocks build it (checked on construction), and with the longest input.
   make_mixer(mixer, settings, config, length=max_len + int(config.use_cls))
   if denoise:

@@ -27,9 +27,12 @@ Initialisation (the official module's defaults):
     softplus(dt_bias) lies in [dt_min, dt_max] at init.
   - dt_proj's kernel: uniform in [-R^-1/2, R^-1/2] (the official dt_init "random").
   - D = 1.
-  - in_proj, x_proj, out_proj kernels and the conv's weight and bias: PyTorch's defaults, which
-    the official module keeps: uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in of the
+  - in_proj, x_proj kernels and the conv's weight and bias: PyTorch's defaults, which the
+    official module keeps: uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)] (fan_in of the
     depthwise conv = its kernel size).
+  - out_proj: the same, divided by sqrt(num_layers), as both peers' _init_weights
+    (mamba_ssm/models/mixer_seq_simple.py and Vim's models_mamba.py, rescale_prenorm_residual
+    with one residual per layer: no MLP sub-block).
 dt_rank "auto" is ceil(D / 16), as the official module computes it.
 
 Bidirectional (setting; off by default, Mamba is causal): the scheme of Vision Mamba's
@@ -37,7 +40,9 @@ bidirectional block (Zhu et al. 2024, "v2"): in_proj (so x and z) and out_proj a
 the backward direction has its own conv, x_proj, dt_proj, dt_bias, A_log and D and runs the same
 causal path over the reversed sequence, its output reversed back; the two directions are
 averaged before the gate, out = out_proj((y_fwd + y_bwd) / 2 * SiLU(z)). Parameters: one
-"forward" and one "backward" submodule.
+"forward" and one "backward" submodule. As in Vim's mamba_simple.py, only the forward dt_bias
+gets the dt initialisation; the backward one starts at 0 (dt = softplus(0) = ln 2: Vim builds
+dt_proj_b without it, and _init_weights zeroes that bias).
 
 Padding: the input is zeroed at padded positions, and dt is set to 0 there, so a padded step
 of the recurrence is the identity (exp(0 A) = 1, 0 * B u = 0). The conv sees a padded position
@@ -141,6 +146,7 @@ class Direction(nn.Module):
   dt_min: float
   dt_max: float
   dtype: str
+  dt_init: bool = True  # False: dt_bias starts at 0 (Vim's backward direction)
 
   @nn.compact
   def __call__(self, x_BxLxE, mask_BxL):
@@ -150,6 +156,8 @@ class Direction(nn.Module):
     b_E = self.param("conv_bias", conv_init, (inner,))
 
     def init_dt_bias(key, shape):
+      if not self.dt_init:
+        return jnp.zeros(shape, jnp.float32)
       dt_E = jnp.maximum(jnp.exp(log_uniform(self.dt_min, self.dt_max)(key, shape)), DT_FLOOR)
       return inverse_softplus(dt_E)
 
@@ -183,6 +191,7 @@ class Mamba(SSMMixer):
   dt_min: float = 0.001  # dt starts log-uniform in [dt_min, dt_max] (through dt_bias)
   dt_max: float = 0.1
   bidirectional: bool = False  # add a backward scan with its own parameters (averaged)
+  num_layers: int = 1  # the encoder's depth (filled in): out_proj starts / sqrt(num_layers)
 
   # Leaf names trained with config.ssm_learning_rate and no weight decay
   # (lra/training/optim.py).
@@ -203,7 +212,8 @@ class Mamba(SSMMixer):
 
   def _direction(self, width: int, name: str) -> Direction:
     return Direction(self.state_size, self.conv_kernel, rank_of(self.dt_rank, width),
-                     self.dt_min, self.dt_max, self.dtype, name=name)
+                     self.dt_min, self.dt_max, self.dtype, dt_init=name == "forward",
+                     name=name)
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
@@ -220,5 +230,6 @@ class Mamba(SSMMixer):
       y_back_BxLxE = flip(self._direction(width, "backward")(flip(x_BxLxE), flip(mask_BxL)))
       y_BxLxE = 0.5 * (y_BxLxE + y_back_BxLxE)
     y_BxLxE = y_BxLxE * jax.nn.silu(z_BxLxE.astype(jnp.float32))
-    return nn.Dense(width, use_bias=False, dtype=self.dtype, kernel_init=torch_default,
+    out_init = nn.initializers.variance_scaling(1 / (3 * self.num_layers), "fan_in", "uniform")
+    return nn.Dense(width, use_bias=False, dtype=self.dtype, kernel_init=out_init,
                     name="out_proj")(y_BxLxE.astype(self.dtype))

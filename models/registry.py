@@ -26,7 +26,8 @@ _MIXERS: dict[str, type] = {}  # the classes imported so far, by name
 _MODELS_DIR = pathlib.Path(__file__).parent
 
 # Fields the encoder fills in (a mixer declares the ones it needs); the user sets the others.
-ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index", "shared")
+ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index", "shared",
+                  "num_layers")
 _NOT_SETTINGS = set(ENCODER_FIELDS) | {"parent", "name"}
 _MISSING = object()
 

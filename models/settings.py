@@ -165,6 +165,8 @@ def check(key: str, value, rule) -> None:
 POOLINGS = ("CLS", "MEAN", "SUM")
 POSITIONS = ("sinusoidal", "learned", "none")  # "none": the mixer encodes positions itself
 NORMS = ("layer", "batch")
+INPUT_ENCODERS = ("embedding", "linear")  # a table row per token id, or Dense(1 -> D) of its value
+HEADS = ("mlp", "linear", "gelu_mlp")  # the classifier after pooling (models/encoder.py)
 DTYPES = ("float32", "bfloat16", "float16")  # compute dtype; parameters stay float32
 
 
@@ -211,6 +213,29 @@ class EncoderConfig:
                            "no final norm")
   reversible: bool = _setting(False, Bool(), "reversible residual layers "
                               "(models/reversible.py): activation memory flat in depth")
+  # The switches below let a published config reproduce its authors' function (DESIGN.md,
+  # "Recipes"); their defaults are LRA's.
+  final_norm: bool = _setting(True, Bool(), "a norm after the last pre-norm block (LRA's final "
+                              "LayerNorm); False: none, as the S5 and LRU stacks")
+  input_encoder: str = _setting("embedding", Choice(INPUT_ENCODERS),
+                                '"embedding" (a learned row per token id) or "linear": '
+                                "Dense(1 -> emb_dim) of (id - input_mean) / input_std, the "
+                                "SSM papers' encoder of pixel intensities")
+  input_mean: float = _setting(0.0, Float(), 'the "linear" input encoder subtracts it')
+  input_std: float = _setting(1.0, Float(0.0, open="low"),
+                              'the "linear" input encoder divides by it')
+  input_dropout: bool = _setting(True, Bool(), "dropout (dropout_rate) on the embedded input; "
+                                 "False: none, as the S4 and S5 stacks")
+  head: str = _setting("mlp", Choice(HEADS), '"mlp": LRA\'s Dense(mlp_dim)-ReLU-Dense (pair '
+                       'tasks: Dense(mlp_dim)-ReLU-Dense(mlp_dim/2)-ReLU-Dense), "linear": one '
+                       'Dense, "gelu_mlp": Dense(mlp_dim)-GELU-Dense')
+  batch_norm_momentum: float = _setting(0.9, Float(0.0, 1.0, open="high"),
+                                        "BatchNorm's running averages: new = m old + (1 - m) "
+                                        "batch (S5's default is 0.95)")
+  pad_like_authors: bool = _setting(False, Bool(), "let padding into the blocks and norms "
+                                    "(mixers and BatchNorm see padded positions as real, "
+                                    "pooling still skips them), as the official S4 and S5 "
+                                    "codes run; False: padding is masked (the correct function)")
 
 
 def encoder_defaults() -> dict[str, Any]:
@@ -227,6 +252,19 @@ def check_encoder(model: Mapping[str, Any]) -> None:
   if model.get("pooling") == "CLS" and not model.get("use_cls", True):
     fail(model_key("pooling"), "CLS", "'MEAN' or 'SUM' with config.model.use_cls=False "
          "('CLS' pools the CLS token)")
+  # A setting that would do nothing is refused rather than silently ignored.
+  inert = [("final_norm", "config.model.prenorm=True (post-norm blocks end normalised)",
+            not model.get("prenorm", True)),
+           ("input_mean", 'config.model.input_encoder="linear"',
+            model.get("input_encoder", "embedding") != "linear"),
+           ("input_std", 'config.model.input_encoder="linear"',
+            model.get("input_encoder", "embedding") != "linear"),
+           ("batch_norm_momentum", 'config.model.norm="batch"',
+            model.get("norm", "layer") != "batch")]
+  defaults = encoder_defaults()
+  for key, needs, idle in inert:
+    if idle and key in model and model[key] != defaults[key]:
+      fail(model_key(key), model[key], f"its default {defaults[key]!r} unless {needs}")
   if model.get("reversible", False):
     # y1 = x1 + f(x2), y2 = x2 + g(y1) needs both branches, inside the residuals.
     reason = dict(norm=("layer", "the recomputing backward pass cannot rebuild batch statistics"),

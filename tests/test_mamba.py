@@ -210,10 +210,12 @@ def test_official_initialisation():
     assert q["dt_proj"]["kernel"].shape == (rank, inner) and q["conv_weight"].shape == (4, inner)
     np.testing.assert_allclose(q["A_log"], np.log(np.tile(np.arange(1, state + 1), (inner, 1))))
     np.testing.assert_array_equal(q["D"], 1.0)
-    dt = _softplus(np.float64(q["dt_bias"]))  # log-uniform in [0.001, 0.1]
-    assert np.all((dt > 0.001 * (1 - 1e-4)) & (dt < 0.1 * (1 + 1e-4)))
-    quartiles = (np.quantile(np.log(dt), [0.25, 0.5, 0.75]) - np.log(1e-3)) / np.log(100)
-    np.testing.assert_allclose(quartiles, [0.25, 0.5, 0.75], atol=0.1)
+  dt = _softplus(np.float64(p["forward"]["dt_bias"]))  # log-uniform in [0.001, 0.1]
+  assert np.all((dt > 0.001 * (1 - 1e-4)) & (dt < 0.1 * (1 + 1e-4)))
+  quartiles = (np.quantile(np.log(dt), [0.25, 0.5, 0.75]) - np.log(1e-3)) / np.log(100)
+  np.testing.assert_allclose(quartiles, [0.25, 0.5, 0.75], atol=0.1)
+  # Vim's backward dt_proj_b gets no dt init and _init_weights zeroes its bias: dt = ln 2.
+  np.testing.assert_array_equal(p["backward"]["dt_bias"], 0.0)
   # PyTorch's defaults, uniform in +-1/sqrt(fan_in); dt_proj in +-1/sqrt(R).
   for kernel, fan_in in ((p["in_proj"]["kernel"], width), (p["out_proj"]["kernel"], inner),
                          (p["forward"]["x_proj"]["kernel"], inner),
@@ -222,6 +224,11 @@ def test_official_initialisation():
     bound = fan_in ** -0.5
     assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.9 * bound
   assert abs(np.var(p["in_proj"]["kernel"]) * 3 * width - 1) < 0.05
+  # out_proj / sqrt(n_layer) (the peers' rescale_prenorm_residual, one residual per layer).
+  deep = _run(lambda: Mamba(state_size=state, num_layers=4).init(
+      jax.random.PRNGKey(0), x, mask, deterministic=True)["params"])
+  assert abs(np.var(deep["out_proj"]["kernel"]) * 3 * inner * 4 - 1) < 0.05
+  assert np.abs(deep["out_proj"]["kernel"]).max() <= inner ** -0.5 / 2
   # dt_min below the floor: dt starts at 1e-4 or more.
   dt = _softplus(np.float64(params[1]["forward"]["dt_bias"]))
   assert np.all(dt >= 1e-4 * (1 - 1e-3)) and np.all(dt <= 1e-3 * (1 + 1e-3))

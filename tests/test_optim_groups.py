@@ -15,6 +15,7 @@ def _config(model="s4d", **kw):
   c = listops.get_config(f"{model},cpu")
   c.schedule, c.learning_rate, c.ssm_learning_rate = "constant", 0.01, 0.002
   c.weight_decay, c.grad_clip_norm, c.adam_b1, c.adam_b2, c.adam_eps = 0.1, 0.0, 0.9, 0.999, 1e-8
+  c.ssm_params = c.ssm_decay_params = c.no_decay_params = ""  # the mixer's group alone
   for key, value in kw.items():
     c[key] = value
   return c

@@ -12,7 +12,7 @@ import pytest
 from lra import models
 from lra.configs import listops, pathx, published, task_config
 from lra.data import tasks
-from lra.models import registry
+from lra.models import registry, settings
 from lra.models.settings import EncoderConfig
 
 TASKS = {name: task_config(name) for name in tasks.NAMES}
@@ -79,7 +79,11 @@ def test_full_size_config_has_the_table_values(name, task):
   encoder = _build(c.model, task)["params"]["encoder"]
   layers = c.model.num_layers
   assert f"block_{layers - 1}" in encoder and f"block_{layers}" not in encoder
-  assert encoder["embed"]["embedding"].shape == (12, c.model.emb_dim)
+  if c.model.input_encoder == "linear":  # the authors' pixel encoder: Dense(1 -> D)
+    assert task in ("image", "pathfinder", "pathx") and "embed" not in encoder
+    assert encoder["embed_linear"]["kernel"].shape == (1, c.model.emb_dim)
+  else:
+    assert encoder["embed"]["embedding"].shape == (12, c.model.emb_dim)
 
 
 @pytest.mark.parametrize("name,task", CASES)
@@ -95,8 +99,11 @@ def test_cpu_option_keeps_small_sizes_and_takes_the_architecture(name, task):
   for key in ("batch_size", "num_train_steps", "learning_rate", "weight_decay", "schedule",
               "warmup_steps", "ssm_learning_rate"):
     assert c[key] == small[key], key
+  defaults = settings.encoder_defaults()
   for key in published.ARCHITECTURE:
-    assert c.model[key] == entry["model"][key], key
+    assert c.model[key] == entry["model"].get(key, defaults[key]), key
+  for key in published.RECIPE:  # the parameter groups are the recipe at any size
+    assert c[key] == entry.get(key, ""), key
   defaults = registry.default_settings(name)
   for key, value in mixer.items():
     assert c.model.attention[key] == (defaults[key] if key in sizes else value), key

@@ -10,8 +10,10 @@ for task in listops, text, retrieval, image, pathfinder, pathx. Every top-level 
 `model` and `epochs` is a trainer setting of configs/base.py, set as it is.
 
 configs/base.finish calls `apply` for these models, last, so that command-line overrides
-still win. With the `cpu` option only the architectural choices are taken (ARCHITECTURE and
-the mixer settings that are not sizes); the task's small CPU model and short run stay.
+still win. With the `cpu` option only the architectural choices are taken (ARCHITECTURE, the
+parameter groups of RECIPE and the mixer settings that are not sizes); the task's small CPU
+model and short run stay. Each file ends its docstring with the deviations: every place where
+the config does not reproduce its authors' code, and why.
 A mixer setting is a size if it is an integer (not a bool), unless the file names its sizes
 in SIZE_SETTINGS.
 """
@@ -25,8 +27,29 @@ from lra.data.tasks import FACTS  # train_size: examples per epoch (after held-o
 from lra.models import registry
 
 MODELS = ("s4d", "s5", "lru", "mamba", "mega")  # the models that may have a table here
-# Encoder settings that are architectural choices, taken even with `cpu`.
-ARCHITECTURE = ("norm", "prenorm", "feedforward", "pooling", "use_cls")
+# Encoder settings that are architectural choices (the authors' function around the layer),
+# taken even with `cpu`.
+ARCHITECTURE = ("norm", "prenorm", "feedforward", "pooling", "use_cls", "final_norm",
+                "input_encoder", "input_mean", "input_std", "input_dropout", "head",
+                "batch_norm_momentum")
+# Trainer settings that are the authors' recipe whatever the size (which parameters decay and
+# at which rate), taken even with `cpu`.
+RECIPE = ("ssm_params", "ssm_decay_params", "no_decay_params")
+
+# How the authors' pixel encoders normalise intensities 0..255, as (input_mean, input_std) of
+# the "linear" input encoder: (pixel - mean) / std.
+S5_PIXELS = {"image": (122.6, 61.0), "pathfinder": (127.5, 127.5), "pathx": (127.5, 127.5)}
+S4_PIXELS = {"image": (122.6, 61.0), "pathfinder": (0.0, 255.0), "pathx": (0.0, 255.0)}
+MEGA_PIXELS = {"image": (0.48 * 255, 0.24 * 255), "pathfinder": (127.5, 127.5),
+               "pathx": (127.5, 127.5)}
+
+
+def pixel_encoder(task: str, pixels: dict) -> dict:
+  """The encoder settings of a linear pixel encoder on an image task ({} on a token task)."""
+  if task not in pixels:
+    return {}
+  mean, std = pixels[task]
+  return dict(input_encoder="linear", input_mean=mean, input_std=std)
 
 
 def table(name: str) -> ModuleType | None:
@@ -64,17 +87,21 @@ def apply(c, options: set[str]):
   model = dict(entry.pop("model"))
   mixer = dict(model.pop("attention", {}))
   sizes = size_settings(module, mixer)
-  for key in ARCHITECTURE:
+  for key in ARCHITECTURE + ("pair_features",):  # the pair head's input is architecture too
     if key in model:
       c.model[key] = model[key]
   for key, value in mixer.items():
     if "cpu" not in options or key not in sizes:
       c.model.attention[key] = value
+  for key in RECIPE:
+    if key in entry:
+      c[key] = entry.pop(key)
   if "cpu" in options:
     return c
 
   for key, value in model.items():  # sizes: num_layers, emb_dim, dropout_rate
-    c.model[key] = value
+    if key not in ARCHITECTURE + ("pair_features",):
+      c.model[key] = value
   # The SSM papers' one dropout acts inside the SSM layer as well as on the residual branch
   # (a table that gives attention_dropout_rate, Mega's, keeps its own; a mixer without inner
   # dropout, ATTENTION_DROPOUT = False, keeps 0 and refuses more).

@@ -1,4 +1,5 @@
-"""AdamW with the LRA learning-rate schedules, and the state-space models' parameter group."""
+"""AdamW with the LRA learning-rate schedules, and the parameter groups of the state-space
+models' recipes."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -11,7 +12,8 @@ from lra.errors import UserError
 from lra.training.options import SCHEDULES  # declared without JAX, for configs
 from lra.models import registry
 
-SSM, OTHER, FROZEN = "ssm", "other", "frozen"  # parameter groups (FROZEN: not trained)
+# Parameter groups (FROZEN: not trained): see `optimizer`.
+SSM, SSM_DECAY, NO_DECAY, OTHER, FROZEN = "ssm", "ssm_decay", "no_decay", "other", "frozen"
 
 
 def learning_rate_schedule(config, peak: float | None = None) -> optax.Schedule:
@@ -44,6 +46,33 @@ def ssm_group(config) -> tuple[str, ...]:
   return tuple(getattr(registry.get(config.model.name), "OPTIMIZER_GROUP", ()))
 
 
+def _names(config, key: str) -> tuple[str, ...]:
+  value = str(config.get(key, "") or "")
+  return tuple(n.strip() for n in value.split(",") if n.strip())
+
+
+def groups(config) -> dict[str, str]:
+  """{leaf parameter name: group} of the named parameters (config.ssm_params,
+  ssm_decay_params, no_decay_params; ssm_params "" = the mixer's OPTIMIZER_GROUP less the
+  names the other two take). A name in two lists is a UserError."""
+  explicit = {key: _names(config, key) for key in ("ssm_params", "ssm_decay_params",
+                                                  "no_decay_params")}
+  if explicit["ssm_params"] == ("none",):
+    explicit["ssm_params"] = ()
+  elif not explicit["ssm_params"]:
+    taken = set(explicit["ssm_decay_params"]) | set(explicit["no_decay_params"])
+    explicit["ssm_params"] = tuple(n for n in ssm_group(config) if n not in taken)
+  found: dict[str, str] = {}
+  for key, label in (("ssm_params", SSM), ("ssm_decay_params", SSM_DECAY),
+                     ("no_decay_params", NO_DECAY)):
+    for name in explicit[key]:
+      if name in found and found[name] != label:
+        raise UserError(f"config.{key} names {name!r}, which another parameter group "
+                        f"({found[name]}) has already: name each parameter once")
+      found[name] = label
+  return found
+
+
 def _leaf_name(path) -> str:
   last = path[-1]
   for attr in ("key", "name", "idx"):
@@ -52,19 +81,34 @@ def _leaf_name(path) -> str:
   return str(last)
 
 
-def param_labels(params, group: tuple[str, ...]):
-  """The tree of params with each leaf labelled SSM (its name is in `group`) or OTHER.
+def explicit_names(config) -> set[str]:
+  """The parameter names the config's group settings give by hand (not the mixer's default)."""
+  return {name for key in ("ssm_params", "ssm_decay_params", "no_decay_params")
+          for name in _names(config, key) if name != "none"}
+
+
+def param_labels(params, named: Mapping[str, str] | tuple[str, ...], required=()):
+  """The tree of params with each leaf labelled by its name's group in `named` (a tuple:
+  those names are all SSM), else OTHER. A `required` name that no parameter has is a
+  UserError (a mistyped config.ssm_params would otherwise do nothing).
 
   Given the whole variables dict ({"params": ..., "batch_stats": ...}), leaves of the
   collections other than "params" (running averages, not trained) are labelled FROZEN.
   """
-  names = set(group)
+  named = dict.fromkeys(named, SSM) if isinstance(named, tuple) else dict(named)
   variables = isinstance(params, Mapping) and "params" in params
+  trained = params["params"] if variables else params
+  leaves = {_leaf_name(path) for path, _ in jax.tree_util.tree_flatten_with_path(trained)[0]}
+  missing = sorted(set(required) - leaves)
+  if missing:
+    raise UserError(f"parameter group name(s) {', '.join(missing)} (config.ssm_params, "
+                    f"ssm_decay_params or no_decay_params) match no parameter of this model; "
+                    f"its parameter names are: {', '.join(sorted(leaves))}")
 
   def label(path, _):
     if variables and _leaf_name(path[:1]) != "params":
       return FROZEN
-    return SSM if _leaf_name(path) in names else OTHER
+    return named.get(_leaf_name(path), OTHER)
 
   return jax.tree_util.tree_map_with_path(label, params)
 
@@ -72,11 +116,12 @@ def param_labels(params, group: tuple[str, ...]):
 def optimizer(config) -> optax.GradientTransformation:
   """AdamW (decoupled weight decay, scaled by the learning rate) with optional clipping.
 
-  For a mixer with an OPTIMIZER_GROUP (the state-space models), the leaves of that group
-  (step size, A, B) use Adam with the schedule's shape at peak config.ssm_learning_rate
-  (0 = config.learning_rate) and no weight decay, as S4 trains them; every other parameter
-  keeps AdamW; collections other than "params" get no update. Clipping is by the global norm
-  of all gradients together.
+  Parameter groups (`groups`): SSM trains with the schedule's shape at peak
+  config.ssm_learning_rate (0 = config.learning_rate) without weight decay, as S4 and S5
+  train the step size, A and B; SSM_DECAY at that rate with weight decay; NO_DECAY at
+  learning_rate without it; every other parameter with AdamW at learning_rate.
+  Collections other than "params" get no update. Clipping is by the global norm of all
+  gradients together.
   """
   adamw = lambda lr, weight_decay: optax.adamw(lr, b1=config.adam_b1, b2=config.adam_b2,
                                                eps=config.adam_eps, weight_decay=weight_decay)
@@ -84,12 +129,18 @@ def optimizer(config) -> optax.GradientTransformation:
   if config.grad_clip_norm:
     steps.append(optax.clip_by_global_norm(config.grad_clip_norm))
   main = adamw(learning_rate_schedule(config), config.weight_decay)
-  group = ssm_group(config)
-  if group:
-    ssm_lr = getattr(config, "ssm_learning_rate", 0.0) or config.learning_rate
-    ssm = adamw(learning_rate_schedule(config, peak=ssm_lr), 0.0)
-    steps.append(optax.multi_transform({SSM: ssm, OTHER: main, FROZEN: optax.set_to_zero()},
-                                       lambda params: param_labels(params, group)))
+  named = groups(config)
+  if named:
+    ssm_lr = learning_rate_schedule(
+        config, peak=getattr(config, "ssm_learning_rate", 0.0) or config.learning_rate)
+    transforms = {SSM: adamw(ssm_lr, 0.0), SSM_DECAY: adamw(ssm_lr, config.weight_decay),
+                  NO_DECAY: adamw(learning_rate_schedule(config), 0.0)}
+    # Only the groups in use, so that a run's optimizer state keeps its shape across versions.
+    transforms = {label: transforms[label] for label in sorted(set(named.values()))}
+    transforms.update({OTHER: main, FROZEN: optax.set_to_zero()})
+    required = explicit_names(config)
+    steps.append(optax.multi_transform(transforms,
+                                       lambda params: param_labels(params, named, required)))
   else:
     steps.append(main)
   return optax.chain(*steps)

@@ -73,9 +73,20 @@ TABLE: dict[str, Option] = {
     "schedule": Option("rsqrt", s.Choice(SCHEDULES), '"rsqrt" (warmup then 1/sqrt(t)), '
                        '"cosine", "constant" or "linear" (warmup then linear decay to 0)'),
     "learning_rate": Option(0.05, s.Float(0.0, open="low"), "peak factor of the schedule"),
-    "ssm_learning_rate": Option(0.0, s.Float(0.0), "peak for a state-space mixer's "
-                                "OPTIMIZER_GROUP (its step size, A, B: no weight decay); 0 = "
-                                "the same as learning_rate. Other models ignore it"),
+    "ssm_learning_rate": Option(0.0, s.Float(0.0), "peak for the parameters of ssm_params "
+                                "and ssm_decay_params (a state-space mixer's step size, A, "
+                                "B); 0 = the same as learning_rate"),
+    # The parameter groups (lra.training.optim): parameters by their leaf name (a model's
+    # names: e.g. "B", "log_dt", "bias"); every parameter in none of the three trains at
+    # learning_rate with weight decay. The published SSM configs set them per task, as their
+    # authors' scripts do (configs/published/).
+    "ssm_params": Option("", None, 'comma list of parameter names trained at ssm_learning_rate '
+                         'without weight decay; "" = the mixer\'s OPTIMIZER_GROUP, "none" = no '
+                         'parameter'),
+    "ssm_decay_params": Option("", None, "comma list of parameter names trained at "
+                               "ssm_learning_rate with weight decay (S5's Path-X B)"),
+    "no_decay_params": Option("", None, "comma list of parameter names trained at "
+                              "learning_rate without weight decay (S4's dt)"),
     "warmup_steps": Option(1000, s.Int(0), "linear warmup steps of the schedule"),
     "weight_decay": Option(0.1, s.Float(0.0), "AdamW decoupled weight decay"),
     "adam_b1": Option(0.9, s.Float(0.0, 1.0, open="high"), "AdamW's first-moment decay"),

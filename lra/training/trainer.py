@@ -55,7 +55,8 @@ def build_model(config, task: tasks.Task, mask_token: bool | None = None):
   extra = int(_denoise(config) if mask_token is None else mask_token)
   return models.build(config.model.to_dict(), vocab_size=task.vocab_size + extra,
                       num_classes=task.vocab_size if _denoise(config) else task.num_classes,
-                      max_len=task.max_len, pair=task.pair, denoise=_denoise(config))
+                      max_len=task.max_len, pair=task.pair, denoise=_denoise(config),
+                      mask_token=bool(extra))
 
 
 def inputs_only(batch: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
