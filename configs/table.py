@@ -54,6 +54,16 @@ TASK = {
     "retrieval": dict(pair_features="uvpd"),  # [u, v, u*v, u-v]; "uv" = the shipped code's
 }
 
+# Encoder settings of the original repository's full configs for one (task, model), not taken
+# by the `cpu` option (dropout goes with the size there, as for the published tables):
+# lra_benchmarks/image/configs/cifar10/base_cifar10_config.py (dropout 0.3, attention dropout
+# 0.2, learned positions) and pathfinder32/transformer_base.py (dropout 0.2).
+TASK_MODEL = {
+    ("image", "transformer"): dict(dropout_rate=0.3, attention_dropout_rate=0.2,
+                                   positions="learned"),
+    ("pathfinder", "transformer"): dict(dropout_rate=0.2),
+}
+
 # Encoder settings a model needs on every task: each mixer's ENCODER_SETTINGS (its class
 # comment says why), gathered for reading; `apply` asks the registry, for any mixer.
 MODEL = {name: settings for name in registry.names()
@@ -93,6 +103,8 @@ def apply(c, options: set[str]):
   if "cpu" in options:
     c.model.update(sizes["cpu"])
   c.model.update(TASK.get(task, {}))
+  if "cpu" not in options:
+    c.model.update(TASK_MODEL.get((task, model), {}))
   c.mask_rate = SPT_MASK_RATE[task]
   c.model.update(registry.encoder_settings(model))
   c.model.attention.update(ATTENTION.get((task, model), {}))

@@ -160,3 +160,15 @@ def test_the_lra_2020_configs_keep_lra_s_encoder_and_head():
     m = task_config(task).get_config("transformer").model
     assert (m.final_norm, m.input_encoder, m.head, m.input_dropout) == (
         True, "embedding", "mlp", True), task
+
+
+def test_the_lra_2020_transformer_takes_the_original_full_configs_dropout_and_positions():
+  """base_cifar10_config.py and pathfinder32/transformer_base.py of the original repository;
+  the `cpu` option keeps the small run's defaults."""
+  image = task_config("image").get_config("transformer").model
+  assert (image.dropout_rate, image.attention_dropout_rate, image.positions) == (
+      0.3, 0.2, "learned")
+  assert task_config("pathfinder").get_config("transformer").model.dropout_rate == 0.2
+  small = task_config("image").get_config("transformer,cpu").model
+  assert (small.dropout_rate, small.positions) == (0.1, "sinusoidal")
+  assert task_config("image").get_config("performer").model.dropout_rate == 0.1

@@ -2,7 +2,7 @@
 objective (config.objective="denoise").
 
 A fraction config.mask_rate of the real tokens of each input (never padding), each chosen
-independently, is replaced by the mask token, and the model (models.encoder.Denoiser) predicts
+independently, is replaced by the mask token, and the model (models.classifiers.Denoiser) predicts
 the original token at those positions only. The mask token is one id past the task's
 vocabulary (id V for a vocabulary 0..V-1): the embedding table of a denoise run has V + 1 rows,
 and so has the classifier of a run initialised from one (lra.training.initialise), so that
