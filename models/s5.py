@@ -49,9 +49,10 @@ transition is the identity), so every real output equals that of the sequence wi
 positions removed, in both directions; with LRA's trailing padding that is truncation.
 
 Optimiser: Lambda_re, Lambda_im, B and log_dt are OPTIMIZER_GROUP: trained with
-config.ssm_learning_rate and no weight decay (the official "standard" opt_config). The
-official runs vary this per task (ListOps and Image train B with the global rate and weight
-decay; Text and Retrieval put log_dt there); one fixed group is used here.
+config.ssm_learning_rate and no weight decay (the official "standard" opt_config), the
+default; the official runs vary it per task (ListOps and Image train B with the global rate and
+weight decay; Text and Retrieval put log_dt there), which configs/published/s5.py sets through
+the trainer's ssm_params / ssm_decay_params.
 """
 from __future__ import annotations
 
