@@ -34,6 +34,14 @@ def _labels(config, task):
   return found
 
 
+def _assert_pixel_encoder(model, task, pixels):
+  """The linear pixel encoder with the authors' (mean, std) on the image tasks, else the table."""
+  if task in IMAGE_TASKS:
+    assert (model.input_encoder, model.input_mean, model.input_std) == ("linear", *pixels[task])
+  else:
+    assert model.input_encoder == "embedding"
+
+
 # --- S5: lindermanlab/S5 bin/run_experiments/run_lra_*.sh and s5/train_helpers.py -----------
 
 S5_RUNS = {"listops": ("BfastandCdecay", False), "text": ("standard", True),
@@ -69,11 +77,9 @@ def test_s5_groups_and_switches_are_the_official_ones(task):
   assert m.head == ("gelu_mlp" if task == "retrieval" else "linear")
   assert m.mlp_dim == m.emb_dim  # the retrieval decoder's hidden width is H
   assert m.batch_norm_momentum == (0.9 if task in ("pathfinder", "pathx") else 0.95)
-  pixels = {"image": (122.6, 61.0), "pathfinder": (127.5, 127.5), "pathx": (127.5, 127.5)}
-  if task in IMAGE_TASKS:  # Normalize(122.6/255, 61/255) and Normalize(0.5, 0.5) of p/255
-    assert (m.input_encoder, m.input_mean, m.input_std) == ("linear", *pixels[task])
-  else:
-    assert m.input_encoder == "embedding"
+  # Normalize(122.6/255, 61/255) and Normalize(0.5, 0.5) of p/255.
+  _assert_pixel_encoder(m, task, {"image": (122.6, 61.0), "pathfinder": (127.5, 127.5),
+                                  "pathx": (127.5, 127.5)})
 
 
 # --- S4D: state-spaces/s4 configs (lr dicts, `register`, add_optimizer_hooks) --------------
@@ -91,11 +97,9 @@ def test_s4d_groups_and_switches_are_the_official_ones(task):
   m = c.model
   assert m.final_norm and not m.input_dropout and m.batch_norm_momentum == 0.9
   assert m.head == ("gelu_mlp" if task == "retrieval" else "linear")
-  pixels = {"image": (122.6, 61.0), "pathfinder": (0.0, 255.0), "pathx": (0.0, 255.0)}
-  if task in IMAGE_TASKS:  # Image normalised, the path tasks in [0, 1] (center=False)
-    assert (m.input_encoder, m.input_mean, m.input_std) == ("linear", *pixels[task])
-  else:
-    assert m.input_encoder == "embedding"
+  # Image normalised, the path tasks in [0, 1] (center=False).
+  _assert_pixel_encoder(m, task, {"image": (122.6, 61.0), "pathfinder": (0.0, 255.0),
+                                  "pathx": (0.0, 255.0)})
 
 
 # --- LRU (minimal-LRU), Mamba (mamba_ssm / Vim), Mega (fairseq) ----------------------------
@@ -133,13 +137,13 @@ def test_mega_trains_every_parameter_alike_with_its_head_and_encoder(task):
   m = c.model
   assert m.head == "gelu_mlp" and m.mlp_dim == 2 * m.emb_dim  # Linear(d, 2d)-GELU-Linear
   assert m.input_dropout  # dropout on the embedded input, as fairseq applies it
-  pixels = {"image": (0.48 * 255, 0.24 * 255), "pathfinder": (127.5, 127.5),
-            "pathx": (127.5, 127.5)}
-  if task in IMAGE_TASKS:  # RealNumberEmbedding of (p/255 - mean) / std
-    assert (m.input_encoder, m.input_mean, m.input_std) == ("linear", *pixels[task])
+  # RealNumberEmbedding of (p/255 - mean) / std.
+  _assert_pixel_encoder(m, task, {"image": (0.48 * 255, 0.24 * 255),
+                                  "pathfinder": (127.5, 127.5), "pathx": (127.5, 127.5)})
+  if task in IMAGE_TASKS:
     assert m.prenorm and m.final_norm  # --encoder-normalize-before: final BatchNorm
   else:
-    assert m.input_encoder == "embedding" and not m.prenorm  # post-norm: no final norm
+    assert not m.prenorm  # post-norm: no final norm
 
 
 @pytest.mark.parametrize("name", ("s5", "s4d", "lru", "mamba", "mega"))
