@@ -3,10 +3,10 @@
   python train.py --config=configs/listops.py:transformer,cpu --workdir=runs/listops_cpu
 
 Overrides: --config.model.num_layers=2 (a key the config lacks is an error). Running the same
-command again resumes from the last checkpoint in --workdir. The command lives in lra/train.py
-(installed: `python -m lra.train`); this file runs it from a checkout.
+command again resumes from the last checkpoint in --workdir. The command lives in lra/commands/train.py
+(installed: `python -m lra.commands.train`); this file runs it from a checkout.
 """
-from lra.train import run
+from lra.commands.train import run
 
 if __name__ == "__main__":
   run()

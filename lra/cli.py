@@ -1,5 +1,5 @@
 """What the commands share on their command lines: `--set KEY=VALUE` items, read one way by
-eval.py speed (and its measuring child), python -m lra.leaderboard and scripts/program_cost.py.
+eval.py speed (and its measuring child), python -m lra.commands.leaderboard and scripts/program_cost.py.
 Each command names its own form and example in the one-line error."""
 from __future__ import annotations
 

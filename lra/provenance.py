@@ -13,7 +13,7 @@ import pathlib
 import platform
 import subprocess
 
-from lra import PACKAGE_ROOT
+from lra.locations import PACKAGE_ROOT
 
 # The libraries whose versions change what a run computes or how fast.
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy")

@@ -1,7 +1,7 @@
 """The accelerator run's speed part: `eval.py speed`'s measurement, cell by cell under a clock.
 
 Each (model, length) is measured in a fresh process by the same library call eval.py speed
-makes (lra.measuring.run_in_fresh_process), and the tables are eval.py's
+makes (lra.commands.measuring.run_in_fresh_process), and the tables are eval.py's
 (lra.reporting.speed / markdown), so the figures are eval.py speed's. What this adds: a time
 check before every cell (a cell starts only when the time it is expected to take is left),
 and rows kept in the work folder, so running the accelerator script again measures only the
@@ -13,7 +13,7 @@ import json
 import os
 import time
 
-from lra import measuring
+from lra.commands import measuring
 from lra.reporting import files, markdown, speed
 from lra.reporting.paper import PAPER_LENGTHS, PAPER_MODELS, PAPER_SPEED
 

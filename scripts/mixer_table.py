@@ -65,7 +65,7 @@ def _markdown(rows: list[dict]) -> str:
 
 
 def _table(args: argparse.Namespace) -> None:
-  from lra.references import paper_configs
+  from lra.commands.references import paper_configs
   from lra.reporting import results
   warnings: list[str] = []
   found = results.collect_results([args.root], warnings, references=paper_configs)
@@ -92,7 +92,7 @@ def _table(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("root", help="a grid's root (python -m lra.leaderboard --root)")
+  parser.add_argument("root", help="a grid's root (python -m lra.commands.leaderboard --root)")
   parser.add_argument("--out", required=True, help="folder for table.md, table.json, copies")
   run_command(_table, parser.parse_args(argv))
 

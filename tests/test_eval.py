@@ -83,7 +83,7 @@ def test_speed_set_overrides_model_fields(tmp_path):
 def test_speed_measures_grid_aliases_as_their_mixer_with_its_settings():
   """`eval.py speed --models=mega_chunk,transformer_chunked` times the grid's aliases (the
   child process names each row by the alias)."""
-  from lra import measuring
+  from lra.commands import measuring
   size = measuring.TEXT_BASE_SIZE
   c = measuring.measured_config("mega_chunk", 256, 2, size, "float32")
   assert (c.model.name, c.model.attention.chunk_size, c.data.max_len) == ("mega", 128, 256)

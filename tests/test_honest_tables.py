@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from lra.references import paper_configs
+from lra.commands.references import paper_configs
 from lra.reporting import accuracy, charts, markdown, results, speed
 from lra.training import writers
 

@@ -4,16 +4,27 @@ import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# The commands above configs/ (they load configs and pass values in); every other module of
-# lra/ and models/ is library, or shared by library and commands.
-COMMANDS = ("lra/leaderboard.py", "lra/grid_plan.py", "lra/measuring.py", "lra/references.py")
+# The commands (lra/commands/) sit above configs/: they load configs and pass values in; every
+# other module of lra/ and models/ is library, or shared by library and commands.
+COMMANDS = "lra.commands"
 GRAPH_PACKAGES = ("lra", "models", "configs")
 
 
+def _package_dir() -> dict[str, str]:
+  """setup.py's package_dir (package -> folder), read from the file as packaging tools read it:
+  the one place that says models/ is lra.models and configs/ is lra.configs."""
+  for node in ast.walk(ast.parse((ROOT / "setup.py").read_text())):
+    if isinstance(node, ast.keyword) and node.arg == "package_dir":
+      return ast.literal_eval(node.value)
+  raise AssertionError("setup.py sets no package_dir")
+
+
 def _module_name(path: pathlib.Path) -> str:
-  """The name it is imported by: models/ and configs/ are lra.models and lra.configs."""
+  """The name it is imported by, through setup.py's package_dir."""
   parts = list(path.relative_to(ROOT).with_suffix("").parts)
-  parts = ["lra", *parts] if parts[0] in ("models", "configs") else parts
+  for package, folder in _package_dir().items():
+    if parts[0] == folder:
+      parts = [*package.split("."), *parts[1:]]
   return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -45,18 +56,24 @@ def _imported(node: ast.AST, module: str, is_package: bool, prefixes: bool = Fal
   return []
 
 
-def test_the_library_never_imports_configs():
+def _within(name: str, package: str) -> bool:
+  return name == package or name.startswith(package + ".")
+
+
+def test_the_library_never_imports_configs_or_commands():
   """models/, lra/data, lra/training, lra/reporting and the shared lra modules take what comes
-  from configs/ as arguments: no import of configs anywhere in them, in functions included."""
+  from configs/ as arguments: no import of configs, nor of the commands above them, anywhere
+  in them (in functions included); configs/ never imports a command either."""
   found = []
-  for name, path in _modules(("lra", "models")).items():
-    if str(path.relative_to(ROOT)) in COMMANDS:
+  for name, path in _modules(("lra", "models", "configs")).items():
+    if _within(name, COMMANDS):
       continue
+    above = (COMMANDS,) if _within(name, "lra.configs") else (COMMANDS, "lra.configs")
     for node in ast.walk(ast.parse(path.read_text())):
       for target in _imported(node, name, path.name == "__init__.py", prefixes=True):
-        if target == "lra.configs" or target.startswith("lra.configs."):
+        if any(_within(target, package) for package in above):
           found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {target}")
-  assert not found, "the library imports configs/: " + "; ".join(found)
+  assert not found, "the library imports configs/ or a command: " + "; ".join(found)
 
 
 def _graph() -> dict[str, set[str]]:
@@ -113,6 +130,28 @@ def test_the_import_graph_has_no_circle():
   assert "lra.data.pathfinder_gen.params" in graph["lra.data.pathfinder"]  # it reads edges
   cycle = _cycle(graph)
   assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_every_project_import_resolves_to_a_file():
+  """Read from the files alone (setup.py's package_dir, no import system, no run-time mount):
+  every `lra...` module that the code, the tests and the scripts import is a file of the tree,
+  and nothing else (lra.setup, lra.tests) is a module of lra."""
+  modules = _modules(GRAPH_PACKAGES)
+  files = [p for folder in ("lra", "models", "configs", "tests", "scripts")
+           for p in sorted((ROOT / folder).rglob("*.py"))] + [ROOT / "train.py", ROOT / "eval.py"]
+  missing = []
+  for path in files:
+    name = _module_name(path) if path.parts[len(ROOT.parts)] in GRAPH_PACKAGES else ""
+    for node in ast.walk(ast.parse(path.read_text())):
+      targets = _imported(node, name, path.name == "__init__.py")
+      if isinstance(node, ast.ImportFrom):  # `from a import b`: a module, or a name of a
+        targets = [t for t in targets[1:] if t in modules] or targets[:1]
+      missing += [f"{path.relative_to(ROOT)}:{node.lineno} {t}" for t in targets
+                  if t.split(".")[0] == "lra" and t not in modules]
+  assert not missing, "imports no file resolves: " + "; ".join(missing)
+  assert "lra.models.registry" in modules and "lra.configs.base" in modules
+  assert not {"lra.setup", "lra.tests", "lra.train"} & set(modules)
+  assert "__path__" not in (ROOT / "lra" / "__init__.py").read_text()  # no run-time mount
 
 
 def test_the_cycle_finder_finds_one():

@@ -1,4 +1,4 @@
-"""python -m lra.leaderboard: a grid of train.py runs, skip and resume, failures, the table,
+"""python -m lra.commands.leaderboard: a grid of train.py runs, skip and resume, failures, the table,
 the printed commands and the SLURM script, one-line refusals."""
 import itertools
 import json
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from lra import leaderboard
+from lra.commands import leaderboard
 from lra.models import registry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,7 +49,7 @@ XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_pas
 
 def _leaderboard(*args, **kwargs):
   env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": XLA_FLAGS, "JAX_PLATFORMS": "cpu"}
-  command = [sys.executable, "-m", "lra.leaderboard", *args]
+  command = [sys.executable, "-m", "lra.commands.leaderboard", *args]
   if kwargs.pop("popen", False):
     return subprocess.Popen(command, cwd=ROOT, env=env, **kwargs)
   return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,

@@ -88,7 +88,7 @@ def _error_line(proc) -> str:
 def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_dir):
   """The grid's printed command (train.py --import) trains it; the grid with --import then
   finds that run finished and tables it, marked not comparable with the paper."""
-  grid = ["-m", "lra.leaderboard", "--import=my_attention", "--models=relu_linear",
+  grid = ["-m", "lra.commands.leaderboard", "--import=my_attention", "--models=relu_linear",
           "--tasks=listops", "--preset=cpu", "--root=grid",
           *[a for item in TINY + [f"data.data_dir={listops_dir}"] for a in ("--set", item)]]
   printed = _run(*grid, "--print_commands", cwd=folder)
@@ -139,7 +139,7 @@ def test_its_own_pytest_runs_the_mixer_contract(folder):
 COMMANDS = {
     "train": [os.path.join(ROOT, "train.py"), "--config=configs/listops.py:relu_linear,cpu",
               "--workdir=run"],
-    "leaderboard": ["-m", "lra.leaderboard", "--models=relu_linear", "--tasks=listops",
+    "leaderboard": ["-m", "lra.commands.leaderboard", "--models=relu_linear", "--tasks=listops",
                     "--preset=cpu", "--print_commands"],
     "speed": [os.path.join(ROOT, "eval.py"), "speed", "--models=relu_linear"],
 }

@@ -156,9 +156,9 @@ def test_wheel_works_outside_the_checkout(tmp_path):
   assert run.returncode == 0, run.stdout + run.stderr
   from lra.models import registry  # the checkout's mixers, all of them shipped
   assert f"wheel ok {len(registry.names())}" in run.stdout
-  # python -m lra.train from that folder finds configs/ in the package: the config loads (its
+  # python -m lra.commands.train from that folder finds configs/ in the package: the config loads (its
   # model name is then refused in one line).
-  train = subprocess.run([sys.executable, "-m", "lra.train", "--config=configs/listops.py:nope",
+  train = subprocess.run([sys.executable, "-m", "lra.commands.train", "--config=configs/listops.py:nope",
                           "--workdir=w"], capture_output=True, text=True, cwd=elsewhere,
                          env=env, timeout=300)
   assert train.returncode != 0 and "'nope' is not a model" in train.stderr, train.stderr

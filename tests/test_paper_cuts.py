@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import lra
-from lra import train as train_command
+import lra.locations
+from lra.commands import train as train_command
 from lra.configs import listops as listops_config, retrieval as retrieval_config
 from lra.data import command, console, home, listops, pathfinder, record, retrieval, store, tasks
 from lra.errors import UserError
@@ -301,10 +301,11 @@ def test_too_few_pathfinder_images_for_three_splits_are_refused(tmp_path):
 
 def test_a_relative_data_dir_is_under_the_data_home(tmp_path, monkeypatch):
   monkeypatch.delenv(home.ENV, raising=False)
-  assert home.data_home() == lra.PACKAGE_ROOT  # a checkout: the README's data/... paths
-  assert home.resolve("data/listops") == os.path.join(lra.PACKAGE_ROOT, "data", "listops")
+  root = lra.locations.PACKAGE_ROOT
+  assert home.data_home() == root  # a checkout: the README's data/... paths
+  assert home.resolve("data/listops") == os.path.join(root, "data", "listops")
   assert home.resolve(str(tmp_path)) == str(tmp_path)  # absolute: as given
-  monkeypatch.setattr(lra, "INSTALLED", True)  # a wheel: never inside site-packages
+  monkeypatch.setattr(lra.locations, "INSTALLED", True)  # a wheel: never inside site-packages
   monkeypatch.setenv("HOME", str(tmp_path))
   assert home.resolve("data/text") == str(tmp_path / "lra_data" / "data" / "text")
   monkeypatch.setenv(home.ENV, str(tmp_path / "mine"))

@@ -7,7 +7,7 @@ import json
 import pytest
 from PIL import Image
 
-from lra import measuring
+from lra.commands import measuring
 from lra.reporting import charts
 
 from tests.test_eval_faults import _eval, _one_error_line as _error  # one eval.py runner

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from lra.data import tasks
-from lra.references import paper_configs
+from lra.commands.references import paper_configs
 from lra.reporting import accuracy, charts, files, markdown, paper, results, speed
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from lra.data.tasks import FACTS
-from lra.references import paper_configs
+from lra.commands.references import paper_configs
 from lra.reporting import accuracy, charts, markdown, results, seeds
 
 EVAL = importlib.import_module("eval")

@@ -2,7 +2,7 @@
 
 The runs are deterministic (fixed seeds, generated data), so a change that alters training
 (initialisation, data order, the optimizer, a mixer's numerics) changes these figures. The
-stored figures come from results/ (made by `python -m lra.leaderboard ... --preset=cpu` and
+stored figures come from results/ (made by `python -m lra.commands.leaderboard ... --preset=cpu` and
 scripts/mixer_table.py on the 2-core development VM). XLA's CPU code may round differently on
 another CPU family, so the figures must be equal only where the stored run's CPU fingerprint
 (lra.hardware) is this machine's; elsewhere, and where the stored run predates the fingerprint

@@ -164,7 +164,7 @@ def test_time_limit_ends_the_run_tested_and_a_rerun_goes_on(listops_dir, tmp_pat
   """config.max_train_time_s ends a run as its last step would (validated, saved, the best
   checkpoint tested), results.json and the comparability check say so, and running again
   without the limit ends where an uninterrupted run does."""
-  from lra.references import paper_configs
+  from lra.commands.references import paper_configs
   from lra.reporting import comparable
   settings = dict(num_train_steps=6, eval_every=4, checkpoint_every=4)
   limited = str(tmp_path / "limited")

@@ -14,7 +14,7 @@ clipping 1.0, linear warmup then linear decay to 0, mean pooling, no position em
 FFN hidden width d_FFN = v = 2 d_model. Test accuracy is the best-validation checkpoint's.
 
 Mega-chunk (the paper's section 4.1): the same configs with chunk size 128 on every task but
-Path-X, where it is 4096 (CHUNK_SIZES; `python -m lra.leaderboard --models=mega_chunk`).
+Path-X, where it is 4096 (CHUNK_SIZES; `python -m lra.commands.leaderboard --models=mega_chunk`).
 
 The paper gives no parameter counts for LRA ("similar number of parameters with S4-v1");
 tests/test_published_configs.py prints ours per task and checks each block against the

@@ -4,7 +4,7 @@ A relative data_dir (the configs' `data/listops`, `--data_dir=data/text`) is res
 the data home:
 
 - `$LRA_DATA_DIR` if it is set;
-- else, in a checkout, the checkout's root (lra.PACKAGE_ROOT), so the README's `data/...`
+- else, in a checkout, the checkout's root (lra.locations.PACKAGE_ROOT), so the README's `data/...`
   paths mean ROOT/data/... from any folder;
 - else (an installed wheel, whose package folder is no place for data) `~/lra_data`.
 
@@ -21,7 +21,7 @@ WHEEL_HOME = os.path.join("~", "lra_data")
 
 def data_home() -> str:
   """The folder a relative data_dir is resolved against (absolute)."""
-  from lra import INSTALLED, PACKAGE_ROOT
+  from lra.locations import INSTALLED, PACKAGE_ROOT
   given = os.environ.get(ENV)
   if given:
     return os.path.abspath(os.path.expanduser(given))

@@ -216,7 +216,7 @@ def write_tables(results: list[dict], out, references: comparable.References,
                  all_paper_rows: bool = False) -> tuple[dict, str]:
   """Writes the accuracy table of these runs as accuracy.md, .csv and .json into the folder
   `out` (local or a URL such as gs://bucket/eval), each file whole: the one way eval.py accuracy
-  and lra.leaderboard write it. The paper's rows of the models that ran (`all_paper_rows`: of
+  and lra.commands.leaderboard write it. The paper's rows of the models that ran (`all_paper_rows`: of
   every model in the paper). Returns (the table, its markdown)."""
   table = accuracy_table(results, references=references, include_paper_models=all_paper_rows)
   text = markdown.accuracy_markdown(table)

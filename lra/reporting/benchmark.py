@@ -1,7 +1,7 @@
 """Speed and memory of the real train step: one config measured in this process.
 
 The setup of the paper's Table 2 (the Text task on random bytes, the Text base model, batch 32,
-lengths 1K-4K) is made by lra.measuring, which runs each (model, length) in a fresh process
+lengths 1K-4K) is made by lra.commands.measuring, which runs each (model, length) in a fresh process
 (`eval.py speed` drives it) and gives its config to `measure` here.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ A run that differs (a CPU or toy run, cut data, other sizes or steps) is still r
 marked and explained, and left out of every comparison with the paper.
 
 The reference configs come from configs/, which this library never imports: the commands
-give a `References` function (lra.references.paper_configs) to the functions that need it.
+give a `References` function (lra.commands.references.paper_configs) to the functions that need it.
 """
 from __future__ import annotations
 

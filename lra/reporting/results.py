@@ -97,7 +97,7 @@ def _choose(old: dict, new: dict, references: comparable.References) -> tuple[di
 def run_label(result: dict) -> str:
   """The table's name for a run: its mixer, or `transformer_chunked` for the Transformer's
   exact O(N)-memory implementation, `mega_chunk` for Mega attending within chunks (the names
-  lra.leaderboard gives them), each a row of its own."""
+  lra.commands.leaderboard gives them), each a row of its own."""
   config = result.get("config")
   attention = ((config.get("model") or {}).get("attention") or {}) if isinstance(config, dict) \
       else {}

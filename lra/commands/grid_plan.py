@@ -1,7 +1,7 @@
-"""The grid's plan for python -m lra.leaderboard: its runs (cells x seeds, and the stages of a
+"""The grid's plan for python -m lra.commands.leaderboard: its runs (cells x seeds, and the stages of a
 protocol), their workdirs and train.py commands, and the SLURM script of them. Every config is
 loaded and every --set key checked here, so a mistake is one line before anything runs; the
-running, skipping and the table are lra.leaderboard's."""
+running, skipping and the table are lra.commands.leaderboard's."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,8 @@ import os
 import shlex
 
 from lra.configs.published.mega import CHUNK_SIZES
-from lra import INSTALLED, PACKAGE_ROOT, cli, paths, plugins
+from lra import cli, paths, plugins
+from lra.locations import INSTALLED, PACKAGE_ROOT
 from lra.errors import UserError
 
 # --protocol: how each cell trains. spt (self-pretraining, Amos et al. 2024): a denoise run on
@@ -103,9 +104,9 @@ def _config(task: str, model: str, preset: str):
 def _script_paths() -> tuple[tuple[str, ...], str]:
   """train.py and configs/ as the commands name them: relative where this process runs in
   the repository (the printed commands then read as the README's), else absolute; an installed
-  package (no checkout) runs `python -m lra.train`."""
+  package (no checkout) runs `python -m lra.commands.train`."""
   if INSTALLED:
-    return ("-m", "lra.train"), os.path.join(PACKAGE_ROOT, "configs")
+    return ("-m", "lra.commands.train"), os.path.join(PACKAGE_ROOT, "configs")
   here = os.path.samefile(os.getcwd(), PACKAGE_ROOT)
   return (("train.py",), "configs") if here else ((os.path.join(PACKAGE_ROOT, "train.py"),),
                                                   os.path.join(PACKAGE_ROOT, "configs"))

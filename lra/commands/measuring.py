@@ -2,7 +2,7 @@
 one per fresh process so that no model's peak memory counts for another.
 
 The setup of the paper's Table 2: the Text task (random bytes), the Text base model by default,
-batch 32, lengths 1K-4K. `python -m lra.measuring --one ...` is the child process that measures
+batch 32, lengths 1K-4K. `python -m lra.commands.measuring --one ...` is the child process that measures
 one (model, length) with lra.reporting.benchmark and prints one JSON line; `--machine` describes
 the device and its matmul peak. A command, so it loads configs/ (the library does not).
 """
@@ -17,21 +17,22 @@ import traceback
 from typing import Any
 
 from lra.configs import table, text
-from lra import cli, grid_plan, plugins
+from lra import cli, plugins
+from lra.commands import grid_plan
 from lra.reporting import benchmark
 
 # The Text base model of the original repository (configs/table.py).
 TEXT_BASE_SIZE = dict(table.SIZES["text"]["base"])
 # The repository root: the measuring child runs there (configs/ is imported from it).
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CHILD = "lra.measuring"  # this module, as `python -m` runs it
+_CHILD = "lra.commands.measuring"  # this module, as `python -m` runs it
 
 
 def measured_config(model: str, length: int, batch: int, size: dict[str, int], dtype: str,
                     sets: dict[str, Any] | None = None):
   """The Text config that the child times (eval.py builds it first to check the settings);
   `sets` overrides config.model fields after `size` (e.g. {"reversible": True}). `model` may
-  be a grid alias (lra.grid_plan.ALIASES, e.g. mega_chunk): its mixer with its Text settings."""
+  be a grid alias (lra.commands.grid_plan.ALIASES, e.g. mega_chunk): its mixer with its Text settings."""
   mixer, extra = grid_plan.alias_settings(model, "text")
   c = text.get_config(mixer)
   c.data.max_len = length

@@ -23,9 +23,10 @@ import argparse
 import json
 import sys
 
-from lra import cli, measuring, paths, plugins, provenance
+from lra import cli, paths, plugins, provenance
+from lra.commands import measuring
 from lra.errors import UserError, run_command
-from lra.references import paper_configs
+from lra.commands.references import paper_configs
 from lra.reporting import accuracy, curves, files, markdown, results, speed
 from lra.reporting.paper import TASKS
 

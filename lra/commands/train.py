@@ -75,8 +75,8 @@ def _config_values(argv) -> list[tuple[int, str]]:
 
 def _config_anywhere(argv: list[str]) -> list[str]:
   """--config=configs/TASK.py:MODEL names its file relative to the current folder, or else to
-  the checkout or the installed package (lra.PACKAGE_ROOT): commands work from any folder."""
-  from lra import PACKAGE_ROOT
+  the checkout or the installed package (lra.locations.PACKAGE_ROOT): commands work from any folder."""
+  from lra.locations import PACKAGE_ROOT
   out = list(argv)
   for i, prefix in _config_values(out):
     file, sep, rest = out[i][len(prefix):].partition(":")
@@ -218,7 +218,7 @@ def main(argv):
 
 
 def run() -> None:
-  """The command line entry point (train.py in a checkout, `python -m lra.train` installed)."""
+  """The command line entry point (train.py in a checkout, `python -m lra.commands.train` installed)."""
   app.run(main, flags_parser=_parse_flags)
 
 

@@ -1,6 +1,6 @@
 """One command for a grid of training runs: models x tasks, one preset, then the accuracy table.
 
-  python -m lra.leaderboard --models=transformer,performer --tasks=listops,image --preset=cpu
+  python -m lra.commands.leaderboard --models=transformer,performer --tasks=listops,image --preset=cpu
                             [--root=runs/leaderboard] [--set KEY=VALUE ...] [--seeds=0,1,2]
                             [--import=MODULE ...] [--print_commands] [--slurm=FILE]
 
@@ -45,7 +45,7 @@ import time
 
 from lra import config_record, paths, plugins
 from lra.errors import UserError, run_command
-from lra.grid_plan import ALIASES, Run, array_tasks, plan, slurm_script
+from lra.commands.grid_plan import ALIASES, Run, array_tasks, plan, slurm_script
 
 def finished(run: Run) -> tuple[dict | None, str]:
   """(its results, "") when `run` can be skipped, else (None, why it runs: "" for a new run).
@@ -195,7 +195,7 @@ def run_grid(runs: list[Run]) -> tuple[dict, Stop]:
 def write_table(root: str) -> None:
   """The accuracy table of every run under root, as `python eval.py accuracy ROOT
   --out=ROOT/table` writes it (lra.reporting)."""
-  from lra.references import paper_configs
+  from lra.commands.references import paper_configs
   from lra.reporting import accuracy, results
   warnings: list[str] = []
   found = results.collect_results([root], warnings, references=paper_configs)
@@ -230,7 +230,7 @@ def _main(args) -> None:
     if args.slurm:
       if paths.resolve(args.slurm).is_dir():
         raise UserError(f"--slurm={args.slurm} is a folder; name the script file to write")
-      invocation = shlex.join(["python", "-m", "lra.leaderboard", *args.argv])
+      invocation = shlex.join(["python", "-m", "lra.commands.leaderboard", *args.argv])
       paths.write_text(args.slurm, slurm_script(runs, invocation, args.root))
       tasks = len(array_tasks(runs))
       what = f"{len(runs)} runs" if tasks == len(runs) else f"{tasks} cells of two stages"
@@ -249,7 +249,7 @@ def _main(args) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-  p = argparse.ArgumentParser(prog="python -m lra.leaderboard", description=__doc__,
+  p = argparse.ArgumentParser(prog="python -m lra.commands.leaderboard", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--models", default="", help="comma separated mixer names, or all")
   p.add_argument("--tasks", default="", help="comma separated task names, or all")

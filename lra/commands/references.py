@@ -1,5 +1,5 @@
 """The paper-comparable configs of each task and model, made from configs/ for the reports:
-the commands (eval.py accuracy, python -m lra.leaderboard) give `paper_configs` to
+the commands (eval.py accuracy, python -m lra.commands.leaderboard) give `paper_configs` to
 lra.reporting (comparable.References), which never imports configs/."""
 from __future__ import annotations
 
