@@ -20,8 +20,9 @@ setup(
     ],
     # Every package, with its subpackages, under the one name lra: the repository's models/ and
     # configs/ folders install as lra.models and lra.configs (configs.published holds the
-    # state-space papers' tables; models/*.py must ship as source: the registry reads the mixers
-    # with ast). No top-level models, configs or train module reaches site-packages.
+    # state-space papers' tables). package_dir is the one mapping: a wheel and an editable
+    # install (`pip install -e .`) both take it; no top-level models, configs or train module
+    # reaches site-packages.
     packages=find_packages(include=["lra", "lra.*"]) + [
         f"lra.{name}" for name in find_packages(include=["models", "models.*", "configs",
                                                          "configs.*"])],

@@ -70,13 +70,14 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   return c
 
 
-def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int) -> None:
+def shrink(c: ml_collections.ConfigDict, *, steps: int, batch: int,
+           shares: dict[str, int] | None = None) -> None:
   """The CPU switch's trainer part (the small model is in configs/table.py): a short run with
-  frequent evaluation."""
+  frequent evaluation, each step-counting setting its share of the run
+  (options.SHORT_RUN_SHARES; `shares` changes some of them)."""
   c.num_train_steps, c.batch_size, c.eval_batch_size = steps, batch, batch
-  c.warmup_steps = max(steps // 10, 1)
-  c.log_every = max(steps // 20, 1)
-  c.eval_every = c.checkpoint_every = max(steps // 4, 1)
+  for key, share in {**options.SHORT_RUN_SHARES, **(shares or {})}.items():
+    c[key] = max(steps // share, 1)
 
 
 def finish(c: ml_collections.ConfigDict, options: set[str]) -> ml_collections.ConfigDict:

@@ -1,38 +1,78 @@
-"""What the commands share on their command lines: `--set KEY=VALUE` items, read one way by
-eval.py speed (and its measuring child), python -m lra.commands.leaderboard and scripts/program_cost.py.
-Each command names its own form and example in the one-line error."""
+"""The one way every command takes a value: `--config.KEY=VALUE`, KEY the config's path from
+its root, as train.py reads it (ml_collections). The grid (python -m lra.commands.leaderboard),
+eval.py speed (and its measuring child) and scripts/program_cost.py take the same items through
+`take_overrides`; the grid also `--config.KEY@SCOPE=VALUE` for the runs of one task or model.
+`--set KEY=VALUE`, the old spelling of those commands, still works and says how to write it."""
 from __future__ import annotations
 
 import ast
+import sys
 from typing import Any
 
 from lra.errors import UserError
 
+PREFIX = "--config."
+EXAMPLE = "--config.num_train_steps=100"
+
 
 def literal(text: str) -> Any:
-  """A --set value: the Python literal it spells (True, 12, 0.5, "x", None), else the text."""
+  """A value: the Python literal it spells (True, 12, 0.5, "x", None), else the text."""
   try:
     return ast.literal_eval(text)
   except (ValueError, SyntaxError):
     return text
 
 
-def split_set(item: str, form: str = "KEY=VALUE", example: str = "reversible=True",
-              scoped: bool = False) -> tuple[str | None, str, str]:
-  """'KEY=VALUE' (or, where `scoped`, 'SCOPE:KEY=VALUE') -> (scope or None, key, value text);
-  anything else is a UserError: `--set ITEM is not FORM (e.g. --set EXAMPLE)`."""
-  left, sep, value = item.partition("=")
-  scope, colon, key = left.rpartition(":") if scoped else ("", "", left)
-  if not sep or not key.strip() or (colon and not scope.strip()):
-    raise UserError(f"--set {item!r} is not {form} (e.g. --set {example})")
-  return (scope.strip() or None) if colon else None, key.strip(), value
+def spelled(scope: str | None, key: str, value: str) -> str:
+  """An override as the command line writes it."""
+  return f"{PREFIX}{key}{'@' + scope if scope else ''}={value}"
 
 
-def parse_sets(items: list[str]) -> dict[str, Any]:
-  """['reversible=True', 'norm=batch'] -> {'reversible': True, 'norm': 'batch'}: values as
-  `literal` reads them (surrounding spaces dropped)."""
-  sets = {}
-  for item in items:
-    _, key, text = split_set(item)
-    sets[key] = literal(text.strip())
-  return sets
+def _item(body: str, value: str | None, scoped: bool) -> tuple[str | None, str, str]:
+  """'KEY[@SCOPE]=VALUE' (or 'KEY[@SCOPE]' and the next argument) -> (scope, key, value)."""
+  left, sep, text = body.partition("=") if value is None else (body, "=", value)
+  key, at, scope = left.partition("@")
+  parts = key.split(".")
+  if not sep or not all(p.strip() and p.strip().isidentifier() for p in parts) or (
+      at and not (scoped and scope.strip())):
+    form = f"{PREFIX}KEY=VALUE" + (f" or {PREFIX}KEY@TASK_OR_MODEL=VALUE" if scoped else "")
+    raise UserError(f"{PREFIX}{body} is not {form}, KEY the config's path (e.g. {EXAMPLE})")
+  return (scope.strip() or None), key.strip(), text.strip()
+
+
+def take_overrides(argv: list[str], *, scoped: bool = False, set_root: str = ""
+                   ) -> tuple[list[str], list[tuple[str | None, str, str]]]:
+  """Takes `--config.KEY=VALUE` (or `--config.KEY VALUE`) out of a command line, before
+  argparse reads the rest; where `scoped`, also `--config.KEY@SCOPE=VALUE`. The old `--set
+  ITEM` (ITEM's key relative to config.`set_root`; `SCOPE:KEY=VALUE` where scoped) is taken as
+  well, with one deprecation line each. Returns (the rest, [(scope or None, key, value)])."""
+  rest, found = [], []
+  i = 0
+  while i < len(argv):
+    arg = argv[i]
+    if arg.startswith(PREFIX):
+      body = arg[len(PREFIX):]
+      separate = "=" not in body and i + 1 < len(argv) and not argv[i + 1].startswith("--")
+      found.append(_item(body, argv[i + 1] if separate else None, scoped))
+      i += 2 if separate else 1
+      continue
+    if arg == "--set" or arg.startswith("--set="):
+      old = arg[len("--set="):] if arg != "--set" else (argv[i + 1] if i + 1 < len(argv) else "")
+      i += 1 if arg != "--set" else 2
+      scope, colon, body = old.rpartition(":") if scoped and ":" in old.partition("=")[0] \
+          else ("", "", old)
+      key, sep, value = body.partition("=")
+      item = _item(f"{set_root}{key.strip()}{'@' + scope if colon else ''}{sep}{value}", None,
+                   scoped)
+      print(f"warning: --set {old} is the old spelling; write {spelled(*item)}", file=sys.stderr)
+      found.append(item)
+      continue
+    rest.append(arg)
+    i += 1
+  return rest, found
+
+
+def as_dict(items: list[tuple[str | None, str, str]]) -> dict[str, Any]:
+  """[(None, 'model.reversible', 'True')] -> {'model.reversible': True}: values as `literal`
+  reads them."""
+  return {key: literal(value) for _, key, value in items}

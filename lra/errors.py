@@ -11,7 +11,7 @@ import sys
 
 class UserError(Exception):
   """A bad config, missing or malformed data: the message names the fix. The base of every
-  user error, models.settings.SettingError included (this module imports nothing of the
+  user error, lra.rules.SettingError included (this module imports nothing of the
   project, so the models may import it)."""
 
 
@@ -55,6 +55,18 @@ def environment_fault(error: BaseException) -> str | None:
   return None
 
 
+def fail(message: str, code: int = 1, *, now: bool = False) -> None:
+  """The one way every command reports a user error or a fault: one `error:` line on stderr,
+  then exit `code`. `now`: exit at once (os._exit, after a flush), where library threads that
+  met the same fault would print their tracebacks while Python shuts down."""
+  print(f"error: {message}", file=sys.stderr)
+  if now:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+  sys.exit(code)
+
+
 def run_command(run, args) -> None:
   """run(args) for a command line: a user error (a UserError, a model's SettingError included)
   or a fault of the machine (a full disk, ...) is one `error:` line and exit 1; anything else
@@ -62,10 +74,8 @@ def run_command(run, args) -> None:
   try:
     run(args)
   except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
+    fail(str(e))
   except OSError as e:
     if environment_fault(e) is None:
       raise
-    print(f"error: {environment_fault(e)}", file=sys.stderr)
-    sys.exit(1)
+    fail(environment_fault(e))

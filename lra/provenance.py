@@ -1,6 +1,7 @@
 """Which code made a result: the lra version, the git commit of the checkout it ran from, and
 the versions of Python and of the libraries that decide the numbers. results.json (the trainer)
-and speed.json (eval.py speed) record it, so a figure in a paper can name what produced it.
+and speed.json (eval.py speed) record it, so a figure in a paper can name what produced it;
+results.json also names the file (and its SHA-256) of a mixer of the user's own (--import).
 
 Plain Python, no JAX (versions come from the installed packages' metadata), and never fatal:
 what cannot be found is None.
@@ -8,10 +9,12 @@ what cannot be found is None.
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib.metadata
 import pathlib
 import platform
 import subprocess
+import sys
 
 from lra.locations import PACKAGE_ROOT
 
@@ -80,3 +83,22 @@ def software(root: pathlib.Path = ROOT) -> dict:
   libraries.update({name: v for name in PLUGINS if (v := installed_version(name))})
   return {"lra_version": lra_version(root), "git_commit": commit, "git_dirty": dirty,
           "python": platform.python_version(), "libraries": libraries}
+
+
+def mixer_module(name: str) -> dict | None:
+  """{"name", "file", "sha256"} of the module that registered mixer `name` at run time (outside
+  code, which --import or LRA_IMPORT loads): its import name, the absolute path of its file and
+  the SHA-256 of that file's bytes now, so that a figure can name the exact code (the git commit
+  names only the repository's). "file" and "sha256" are None where the module has no file or
+  it cannot be read. None for a mixer of models/ (the commit names it)."""
+  from lra.models import registry  # plain Python, no JAX
+  if registry.in_repository(name):
+    return None
+  module = registry.get(name).__module__
+  file = getattr(sys.modules.get(module), "__file__", None)
+  path = pathlib.Path(file).resolve() if file else None
+  try:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path else None
+  except OSError:
+    digest = None
+  return {"name": module, "file": str(path) if path else None, "sha256": digest}

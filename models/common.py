@@ -7,7 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lra.models import settings as s
+from lra import rules as s
 
 # Added to the logits of masked keys. Finite, so a row whose keys are all masked gives a
 # uniform (harmless) distribution instead of NaN.

@@ -9,9 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra.models import registry, reversible
-from lra.models import settings as s
+from lra import rules
 from lra.models.classifiers import PAIR_FEATURES, Classifier, Denoiser, DualClassifier
-from lra.models.settings import INPUT_ENCODERS, NORMS, POOLINGS, POSITIONS, EncoderConfig
+from lra.models.settings import (INPUT_ENCODERS, NORMS, POOLINGS, POSITIONS, EncoderConfig,
+                                 check_encoder)
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -341,13 +342,13 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
   fields = {f.name for f in dataclasses.fields(EncoderConfig)}
   unknown = sorted(set(model) - fields)
   if unknown:
-    raise s.SettingError(f"config.model has no setting(s) {', '.join(unknown)}; it takes: "
+    raise rules.SettingError(f"config.model has no setting(s) {', '.join(unknown)}; it takes: "
                          f"name, attention, pair_features, {', '.join(sorted(fields))}")
   if pair:
-    s.check(s.model_key("pair_features"), pair_features, s.Choice(PAIR_FEATURES))
-  s.check_encoder(model)
+    rules.check(rules.model_key("pair_features"), pair_features, rules.Choice(PAIR_FEATURES))
+  check_encoder(model)
   if model.get("reversible") and registry.gated_residual(mixer):
-    s.fail(s.model_key("reversible"), True, f"False for model {mixer!r} (its gated residual "
+    rules.fail(rules.model_key("reversible"), True, f"False for model {mixer!r} (its gated residual "
            "is no additive branch f of a reversible layer)")
   config = EncoderConfig(**model)
   encoder = Encoder(vocab_size=vocab_size, max_len=max_len, mixer=mixer,

@@ -36,7 +36,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.common import Mixer
 from lra.models.registry import register
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
 from lra.models.registry import register
 

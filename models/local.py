@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.blocked import attend, gather_blocks, padded_blocks
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
 from lra.models.registry import register

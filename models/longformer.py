@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.blocked import attend, gather_blocks, pad_to_blocks, to_blocks
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
 from lra.models.registry import register

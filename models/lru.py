@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.registry import register
 from lra.models.ssm import SSMMixer, as_complex, glu, masked_input, project_in, recurrence_out
 

@@ -70,7 +70,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.registry import register
 from lra.models.ssm import SSMMixer, log_uniform, masked_input
 

@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.blocked import padded_blocks
 from lra.models.common import Mixer, dropout_weights, masked_softmax
 from lra.models.registry import register

@@ -47,7 +47,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
 from lra.models.registry import register
 

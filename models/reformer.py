@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.common import HeadsMixer, MASK_VALUE, OutputProjection, dropout_weights, head_projection
 from lra.models.registry import register
 

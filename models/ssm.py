@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.common import Mixer
 
 

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
 from lra.models.registry import register
 

@@ -5,7 +5,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.chunked_attention import chunked_attention
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
 from lra.models.registry import register

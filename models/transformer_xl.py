@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lra.models import settings as s
+from lra import rules as s
 from lra.models.blocked import pad_to_blocks, to_blocks
 from lra.models.common import (HeadsMixer, MASK_VALUE, OutputProjection, QKVProjection,
                            masked_softmax)

@@ -24,6 +24,7 @@ missing and trains cells ended early further. The parent process never touches t
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shlex
@@ -38,6 +39,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # run as a script: the repository's packages come from its root
   sys.path.insert(0, ROOT)
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
+
+if importlib.util.find_spec("lra") is None or importlib.util.find_spec("lra.configs") is None:
+  sys.exit("error: the checkout is not installed (lra.configs comes from setup.py's package_dir): "
+           "run `python3 -m pip install --no-index --no-deps --no-build-isolation -e .` in it "
+           "first, as docs/accelerator.md's command does")
 
 import accel_report  # noqa: E402
 import accel_speed  # noqa: E402

@@ -1,6 +1,6 @@
 """XLA's count of a config's train and evaluation steps, compiled only (nothing runs):
 
-  python scripts/program_cost.py --config=listops:transformer --set model.dtype=bfloat16
+  python scripts/program_cost.py --config=listops:transformer --config.model.dtype=bfloat16
 
 Prints one JSON line per step: FLOPs, bytes of memory traffic and temporary bytes, for the
 global batch of the config at its max_len. XLA counts a loop's body once: with
@@ -69,16 +69,18 @@ def main(argv=None) -> None:
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--config", required=True, help="TASK:MODEL[,cpu][,paper]")
-  p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                 help="a dotted config key, e.g. model.dtype=bfloat16 (repeatable)")
-  args = p.parse_args(argv)
-  run_command(_main, args)  # a bad --config or --set: one line, exit 1
+  p.epilog = "--config.KEY=VALUE: a dotted config key, e.g. --config.model.dtype=bfloat16"
+  run_command(_main, (p, sys.argv[1:] if argv is None else list(argv)))  # a bad one: one line
 
 
-def _main(args) -> None:
+def _main(parsed) -> None:
   from lra import cli
-  config = config_of(args.config, cli.parse_sets(args.sets))
-  print(json.dumps({"config": args.config, "sets": args.sets, "batch": config.batch_size,
+  parser, argv = parsed
+  rest, items = cli.take_overrides(argv)
+  args = parser.parse_args(rest)
+  sets = cli.as_dict(items)
+  config = config_of(args.config, sets)
+  print(json.dumps({"config": args.config, "sets": sets, "batch": config.batch_size,
                     "max_len": config.data.max_len, **cost(config)}), flush=True)
 
 

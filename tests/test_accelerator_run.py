@@ -115,7 +115,7 @@ def test_program_cost_counts_the_trainer_steps():
   train step (forward, backward, update) costs more than twice the evaluation step."""
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
   proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "program_cost.py"),
-                         "--config=listops:transformer,cpu", "--set", "data.max_len=64"],
+                         "--config=listops:transformer,cpu", "--config.data.max_len=64"],
                         capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
   assert proc.returncode == 0, proc.stderr[-2000:]
   row = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -158,10 +158,10 @@ def test_bad_out_is_one_line(tmp_path):
 
 def test_program_cost_refuses_a_bad_key_in_one_line():
   proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "program_cost.py"),
-                         "--config=listops:transformer,cpu", "--set", "data.max_lenx=64"],
+                         "--config=listops:transformer,cpu", "--config.data.max_lenx=64"],
                         capture_output=True, text=True, timeout=120, cwd=ROOT)
   assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
-      "error: --set data.max_lenx: config.data has no field 'max_lenx'; valid: " +
+      "error: --config.data.max_lenx: config.data has no field 'max_lenx'; valid: " +
       ", ".join(sorted(("data_dir", "generate_if_missing", "max_args", "max_depth", "max_len",
                         "max_length", "min_length", "num_test", "num_train", "num_val", "seed",
                         "workers")))]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from lra.models import bigbird, registry, transformer
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests.helpers import array_shapes, projected_attention, random_mask
 
 

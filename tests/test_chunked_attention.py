@@ -9,7 +9,7 @@ from lra import models
 from lra.models import registry, transformer
 from lra.models.chunked_attention import balanced_chunk, chunked_attention
 from lra.models.transformer import FullAttention, resolve_implementation
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests.helpers import masked_softmax_attention, padded_inputs, run_once as _run
 
 HEADS, DIM, LENGTH = 2, 8, 11  # 11: a multiple of none of the chunk sizes below

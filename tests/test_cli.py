@@ -42,6 +42,7 @@ def test_train_runs_prints_accuracy_and_resumes(listops_dir, tmp_path):
   with open(tmp_path / "run" / "results.json") as f:
     results = json.load(f)
   assert results["test_count"] == 70 and results["num_train_steps"] == 4
+  assert results["mixer_module"] is None  # a mixer of models/: the git commit names its code
   second = _run(*args[:-len(TINY)], *TINY[:-1], "--config.num_train_steps=6",
                 "--config.progress=False", cwd=tmp_path)
   assert second.returncode == 0, second.stderr[-3000:]

@@ -11,7 +11,8 @@ from lra import models
 from lra.data import tasks
 from lra.training import checkpoint, steps, trainer
 from lra.models import encoder, registry
-from lra.models.settings import EncoderConfig, SettingError
+from lra.models.settings import EncoderConfig
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import layer_norm, perturb, run_once as _run
 

@@ -66,8 +66,9 @@ def test_speed_set_overrides_model_fields(tmp_path):
   out = tmp_path / "out"
   proc = _eval("speed", "--models=local", "--lengths=16", "--batch=2",
                "--emb_dim=16", "--qkv_dim=16", "--mlp_dim=32", "--num_heads=2",
-               "--num_layers=1", "--repeats=1", "--set", "reversible=True", "--set=num_layers=3",
-               "--set", "ffn_chunks=2", "--set", "attention.block_size=4", f"--out={out}")
+               "--num_layers=1", "--repeats=1", "--config.model.reversible=True",
+               "--config.model.num_layers=3", "--config.model.ffn_chunks", "2",
+               "--set", "attention.block_size=4", f"--out={out}")  # the old spelling too
   assert proc.returncode == 0, proc.stderr[-3000:]
   speed = json.loads((out / "speed.json").read_text())
   assert speed["machine"]["model_size"] == {
@@ -76,7 +77,8 @@ def test_speed_set_overrides_model_fields(tmp_path):
   status = {r["model"]: r["status"] for r in speed["rows"]}
   assert status["local"] == "ok"
 
-  proc = _eval("speed", "--models=transformer", "--set", "no_such_field=1", f"--out={out}")
+  proc = _eval("speed", "--models=transformer", "--config.model.no_such_field=1",
+               f"--out={out}")
   assert proc.returncode == 1 and "config.model has no field 'no_such_field'" in proc.stderr
 
 

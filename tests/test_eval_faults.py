@@ -111,9 +111,10 @@ def test_malformed_speed_json_is_one_line_before_anything_is_written(capsys, tmp
     ("--lengths=1024,x", "--lengths=1024,x"),
     ("--batch=0", "--batch=0 must be positive"),
     ("--repeats=0", "--repeats=0 must be positive"),
-    ("--set=num_layers=0", "config.model.num_layers=0 is not valid"),
-    ("--set=pooling=XYZ", "config.model.pooling='XYZ' is not valid"),
-    ("--set=attention.block_size=4", "config.model.attention has no field 'block_size'"),
+    ("--config.model.num_layers=0", "config.model.num_layers=0 is not valid"),
+    ("--config.model.pooling=XYZ", "config.model.pooling='XYZ' is not valid"),
+    ("--config.model.attention.block_size=4", "config.model.attention has no field 'block_size'"),
+    ("--config.data.max_len=4", "eval.py speed takes config.model settings"),
     ("--models=transformer,no_such_model", "valid models"),
 ])
 def test_speed_settings_are_checked_before_measuring(capsys, tmp_path, flag, words):

@@ -19,7 +19,7 @@ import pytest
 from lra import errors, paths
 from lra.errors import UserError
 from lra.training import trainer
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests.test_cli import ROOT, TINY, _error_line, _run
 from tests.tiny import tiny_config
 

@@ -8,7 +8,7 @@ from lra import models
 import lra.models.fnet  # noqa: F401  (registers "fnet")
 from lra.models import registry
 from lra.models.fnet import FourierMixer
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests.helpers import padded_inputs, run_once as _run
 
 LENGTH, DIM = 7, 6

@@ -160,13 +160,17 @@ def test_the_cycle_finder_finds_one():
 
 
 def test_models_and_tasks_keep_their_sides():
-  """models/ imports no lra module but lra.errors (the one user-error base: a leaf that imports
-  nothing of the project), and the data layer (lra/data) never imports models/."""
+  """models/ imports no lra module but the two leaves lra.errors (the one user-error base) and
+  lra.rules (the value rules, on lra.errors alone); the trainer's settings and the reports take
+  their rules from lra.rules, not models/; the data layer (lra/data) never imports models/."""
   graph = _graph()
   assert not graph["lra.errors"] & set(graph), graph["lra.errors"]
+  assert graph["lra.rules"] <= {"lra.errors"}, graph["lra.rules"]
   found = [f"{m} imports {t}" for m, targets in graph.items() for t in targets
            if (m.startswith("lra.models") and not t.startswith("lra.models")
-               and t != "lra.errors")
+               and t not in ("lra.errors", "lra.rules"))
+           or (m.startswith(("lra.training.options", "lra.reporting"))
+               and t.startswith("lra.models"))
            or (m.startswith("lra.data") and t.startswith("lra.models"))]
   assert not found, "; ".join(found)
 

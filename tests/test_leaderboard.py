@@ -28,7 +28,7 @@ def cache(tmp_path_factory):
 
 
 def _tiny(data: str, cache: str, tasks=("listops", "pathfinder")) -> list[str]:
-  """--set items for runs of seconds: a tiny model, 2 steps, data generated into `data`."""
+  """--config overrides for runs of seconds: a tiny model, 2 steps, data generated into `data`."""
   common = ["num_train_steps=2", "eval_every=2", "checkpoint_every=2", "log_every=1",
             "batch_size=8", "eval_batch_size=8", "model.num_layers=1", "model.emb_dim=16",
             "model.qkv_dim=16", "model.mlp_dim=16", "model.num_heads=2", "progress=False",
@@ -39,8 +39,8 @@ def _tiny(data: str, cache: str, tasks=("listops", "pathfinder")) -> list[str]:
                   "data.workers=1"],
       "pathfinder": [f"data.data_dir={data}/pathfinder", "data.num_images=20",
                      "data.workers=1", "data.level=easy"]}
-  items = common + [f"{task}:{item}" for task in tasks for item in per_task.get(task, [])]
-  return [arg for item in items for arg in ("--set", item)]
+  scoped = [item.replace("=", f"@{task}=", 1) for task in tasks for item in per_task.get(task, [])]
+  return [f"--config.{item}" for item in common + scoped]
 
 
 # One CPU device, and XLA's cheapest compile (these runs are all compiling and no training).
@@ -136,8 +136,8 @@ def test_killed_grid_skips_finished_runs_and_resumes_the_killed_one(tmp_path, ca
   root = tmp_path / "grid"
   # The 2nd run saves every step, so it is killed between two of its checkpoints.
   args = [*GRID, f"--root={root}", *_tiny(str(tmp_path / "data"), cache),
-          "--set", "linear_transformer:num_train_steps=8",
-          "--set", "linear_transformer:checkpoint_every=1"]
+          "--config.num_train_steps@linear_transformer=8",
+          "--config.checkpoint_every@linear_transformer=1"]
   second = root / RUNS[1]
   resumed, lines = _kill_and_resume(args, root / RUNS[0], second)
   assert lines[0].startswith("[1/4] listops/transformer-cpu: skipped, finished before"), lines
@@ -153,7 +153,7 @@ def test_seeds_each_run_resumes_and_the_table_pools_them(tmp_path, cache):
   # Seed 1 saves every step, so it is killed between two of its checkpoints.
   args = ["--models=transformer", "--tasks=listops", "--preset=cpu", "--seeds=0,1",
           f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)),
-          "--set", "transformer:num_train_steps=6", "--set", "transformer:checkpoint_every=1"]
+          "--config.num_train_steps@transformer=6", "--config.checkpoint_every@transformer=1"]
   runs = [root / "listops" / "transformer-cpu", root / "listops" / "transformer-cpu_seed1"]
   resumed, lines = _kill_and_resume(args, *runs)
   assert lines[0].startswith("[1/2] listops/transformer-cpu: skipped, finished before"), lines
@@ -188,7 +188,7 @@ def test_seeds_give_each_cell_one_workdir_and_command_per_seed(tmp_path, monkeyp
 def test_mega_chunk_runs_mega_with_the_papers_chunk_size_per_task(monkeypatch, capsys):
   monkeypatch.chdir(ROOT)
   leaderboard.main(["--models=mega_chunk", "--tasks=listops,pathx", "--preset=cpu",
-                    "--root=runs/grid", "--set", "mega_chunk:num_train_steps=10",
+                    "--root=runs/grid", "--config.num_train_steps@mega_chunk=10",
                     "--print_commands"])
   lines = [shlex.split(line) for line in capsys.readouterr().out.splitlines()]
   assert [line[2:] for line in lines] == [
@@ -199,7 +199,7 @@ def test_mega_chunk_runs_mega_with_the_papers_chunk_size_per_task(monkeypatch, c
 
 
 def test_a_seed_0_run_made_without_seeds_is_finished_for_a_grid_with_seeds(tmp_path):
-  args = leaderboard.parser().parse_args([*TINY, f"--root={tmp_path}", "--seeds=0,1"])
+  args = leaderboard.parse_args([*TINY, f"--root={tmp_path}", "--seeds=0,1"])
   seed0, seed1 = leaderboard.plan(args)
   steps = dict(seed0.expect)["num_train_steps"]
   for run in (seed0, seed1):  # both record seed 0, as a run without --seeds does
@@ -218,7 +218,7 @@ def test_a_failed_run_is_reported_and_the_grid_goes_on(tmp_path, cache):
   root = tmp_path / "grid"
   proc = _leaderboard("--models=transformer", "--tasks=image,listops", "--preset=cpu",
                       f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)),
-                      "--set", f"image:data.data_dir={tmp_path / 'no_image_data'}")
+                      f"--config.data.data_dir@image={tmp_path / 'no_image_data'}")
   assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
   failed, done = [l for l in _progress(proc.stdout) if ": starting;" not in l]
   assert failed.startswith("[1/2] image/transformer-cpu: FAILED (exit 1: error: "), failed
@@ -234,8 +234,8 @@ def test_print_commands_and_slurm_script(tmp_path, monkeypatch, capsys):
   monkeypatch.chdir(ROOT)
   models = registry.names() + ["transformer_chunked"]
   args = ["--models=all,transformer_chunked", "--tasks=listops,pathfinder", "--preset=paper",
-          "--root=runs/grid", "--set", "num_train_steps=10", "--set", "listops:data.max_len=500",
-          "--set", "seed=1 2"]
+          "--root=runs/grid", "--config.num_train_steps=10", "--config.data.max_len@listops=500",
+          "--config.seed=1 2"]
   leaderboard.main([*args, "--print_commands"])
   lines = capsys.readouterr().out.splitlines()
   assert len(lines) == 2 * len(models)
@@ -270,6 +270,22 @@ def test_print_commands_and_slurm_script(tmp_path, monkeypatch, capsys):
 TINY = ["--models=transformer", "--tasks=listops", "--preset=cpu"]
 
 
+def test_the_old_set_spelling_is_an_alias_with_one_line_each(capsys):
+  """--set KEY=VALUE and --set SCOPE:KEY=VALUE plan what --config.KEY[@SCOPE]=VALUE plans, and
+  each says how it is written now."""
+  new = leaderboard.parse_args([*TINY, "--config.num_train_steps=10",
+                                "--config.data.max_len@listops=50"])
+  assert capsys.readouterr().err == ""
+  old = leaderboard.parse_args([*TINY, "--set", "num_train_steps=10",
+                                "--set=listops:data.max_len=50"])
+  assert old.sets == new.sets == [(None, "num_train_steps", "10"),
+                                  ("listops", "data.max_len", "50")]
+  assert capsys.readouterr().err.splitlines() == [
+      "warning: --set num_train_steps=10 is the old spelling; write --config.num_train_steps=10",
+      "warning: --set listops:data.max_len=50 is the old spelling; write "
+      "--config.data.max_len@listops=50"]
+
+
 @pytest.mark.parametrize("args, words", [
     (["--models=", "--tasks=listops", "--preset=cpu"], "--models=''"),
     (["--models=transformer,no_such", "--tasks=listops", "--preset=cpu"], "'no_such'"),
@@ -277,20 +293,18 @@ TINY = ["--models=transformer", "--tasks=listops", "--preset=cpu"]
     (["--models=transformer", "--tasks=lisops", "--preset=cpu"], "'lisops'"),
     (["--models=transformer", "--tasks=listops"], "--preset=''"),
     (["--models=transformer", "--tasks=listops", "--preset=gpu"], "cpu, paper, base"),
-    ([*TINY, "--set", "num_train_steps"], "not KEY=VALUE"),
-    ([*TINY, "--set", "no_such_key=1"], "has no key 'no_such_key'"),
-    ([*TINY, "--set", "config.num_train_steps=1"], "--set num_train_steps=1"),
-    ([*TINY, "--set", "image:num_train_steps=1"], "'image' is no task or model of this grid"),
-    (["--models=transformer,local", "--tasks=listops", "--preset=cpu", "--set",
-      "model.attention.block_size=4"], "TASK:KEY=VALUE or MODEL:KEY=VALUE"),
+    ([*TINY, "--config.num_train_steps"], "not --config.KEY=VALUE"),
+    ([*TINY, "--config.no_such_key=1"], "has no key 'no_such_key'"),
+    ([*TINY, "--config.num_train_steps@image=1"], "'image' is no task or model of this grid"),
+    (["--models=transformer,local", "--tasks=listops", "--preset=cpu", "--config.model.attention.block_size=4"], "KEY@TASK=VALUE or --config.KEY@MODEL=VALUE"),
     ([*TINY, "--seeds=0,0"], "--seeds='0,0': give distinct non-negative integers"),
     ([*TINY, "--seeds=-1"], "--seeds='-1'"),
     ([*TINY, "--seeds=1,a"], "--seeds='1,a'"),
     ([*TINY, "--seeds="], "--seeds=''"),
     ([*TINY, "--seeds=0,,1"], "--seeds='0,,1'"),
-    ([*TINY, "--seeds=0,1", "--set", "listops:seed=3"], "--seeds gives each run its seed"),
+    ([*TINY, "--seeds=0,1", "--config.seed@listops=3"], "--seeds gives each run its seed"),
     ([*TINY, "--protocol=spx"], "--protocol='spx': give one of scratch, spt"),
-    ([*TINY, "--protocol=spt", "--set", "init_from=x"], "--protocol=spt sets them for each"),
+    ([*TINY, "--protocol=spt", "--config.init_from=x"], "--protocol=spt sets them for each"),
 ])
 def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, args, words):
   with pytest.raises(SystemExit) as exit_info:
@@ -352,7 +366,7 @@ def test_spt_grid_killed_in_the_fine_tune_skips_the_pretraining_and_resumes(tmp_
   root = tmp_path / "grid"
   # The fine-tune saves every step, so it is killed between two of its checkpoints.
   args = [*SPT, f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)),
-          "--set", "num_train_steps=6", "--set", "checkpoint_every=1"]
+          "--config.num_train_steps=6", "--config.checkpoint_every=1"]
   pretrain, spt = _spt_runs(root)
   resumed, lines = _kill_and_resume(args, pretrain, spt)
   assert lines[0].startswith("[1/2] listops/transformer-cpu_pretrain: skipped, finished before "
@@ -365,7 +379,7 @@ def test_spt_grid_killed_in_the_fine_tune_skips_the_pretraining_and_resumes(tmp_
 
 
 def test_a_failed_pretraining_leaves_its_fine_tune_not_run(tmp_path, monkeypatch, capsys):
-  args = leaderboard.parser().parse_args([*SPT, f"--root={tmp_path}", "--seeds=0,1"])
+  args = leaderboard.parse_args([*SPT, f"--root={tmp_path}", "--seeds=0,1"])
   runs = leaderboard.plan(args)
   started = []
 
@@ -388,7 +402,7 @@ def test_a_failed_pretraining_leaves_its_fine_tune_not_run(tmp_path, monkeypatch
 
 
 def test_a_finished_denoise_run_is_a_finished_pretraining(tmp_path):
-  pretrain, spt = leaderboard.plan(leaderboard.parser().parse_args([*SPT, f"--root={tmp_path}"]))
+  pretrain, spt = leaderboard.plan(leaderboard.parse_args([*SPT, f"--root={tmp_path}"]))
   assert pretrain.denoise and not spt.denoise and spt.after == pretrain.workdir
   os.makedirs(pretrain.workdir)
   record = {"task": "listops", "model": "transformer", "objective": "denoise",

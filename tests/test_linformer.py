@@ -8,7 +8,7 @@ from lra import models
 import lra.models.linformer  # noqa: F401  (registers "linformer")
 from lra.models import registry, transformer
 from lra.models.linformer import LinformerAttention
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests.helpers import padded_inputs, run_once as _run
 
 HEADS, DIM, LENGTH = 2, 8, 6

@@ -8,7 +8,7 @@ from lra import models
 import lra.models.longformer  # noqa: F401  (registers "longformer")
 from lra.models import registry, transformer
 from lra.models.longformer import LongformerAttention
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests.helpers import array_shapes, masked_softmax_attention, random_mask
 
 HEADS, QKV, DIM = 2, 8, 12

@@ -13,7 +13,7 @@ import lra.models.mamba  # noqa: F401  (registers "mamba")
 from lra.training import optim
 from lra.models import registry
 from lra.models.mamba import Mamba, selective_scan
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

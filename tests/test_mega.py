@@ -12,7 +12,8 @@ import lra.models.mega  # noqa: F401  (registers "mega")
 from lra.models import registry
 from lra.models.encoder import Block
 from lra.models.mega import DampedEMA, chunk_attention
-from lra.models.settings import EncoderConfig, SettingError
+from lra.models.settings import EncoderConfig
+from lra.rules import SettingError
 from tests import helpers
 
 WIDTH, LENGTH = 4, 11  # 11: not a multiple of the chunk (4)

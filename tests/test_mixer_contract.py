@@ -21,7 +21,7 @@ import pytest
 from lra import models, testing
 from lra.models import registry
 from lra.models.common import HeadsMixer
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from lra.testing import DROPOUT, HEADS, LENGTH, QKV, SHORT, Findings, finite, takes_dropout
 from tests import helpers
 

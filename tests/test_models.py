@@ -1,7 +1,9 @@
 """The shared encoder, full attention and the mixer registry."""
 import ast
 import dataclasses
+import os
 import pathlib
+import re
 import subprocess
 import sys
 from unittest import mock
@@ -15,7 +17,8 @@ from lra import models
 from lra.configs import base, image, listops
 from lra.models import common, encoder, registry, transformer
 from lra.models import settings as s
-from lra.models.settings import EncoderConfig, SettingError
+from lra.models.settings import EncoderConfig
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import projected_attention, random_mask
 
@@ -155,27 +158,34 @@ def test_every_bad_setting_fails_at_build_time(name):
     _build(name, attention_dropout_rate=1.0)
 
 
-def test_registry_reads_models_without_importing_jax():
-  """Loading the registry, names and defaults imports neither JAX nor Flax."""
-  code = ("import sys, models, models.registry as r; r.names(); "
-          "[r.default_settings(n) for n in r.names()]; "
-          "assert 'jax' not in sys.modules and 'flax' not in sys.modules, 'imported'")
-  subprocess.run([sys.executable, "-c", code], check=True, cwd=_ROOT)
+def test_registry_knows_every_mixer_of_models_and_its_constants():
+  """Every module of models/ with a @register class is found, and its class constants read."""
+  registered = {path.stem for path in (pathlib.Path(_ROOT) / "models").glob("*.py")
+                if re.search(r"^@(registry\.)?register\(", path.read_text(), re.M)}
+  assert {registry.get(n).__module__.rsplit(".", 1)[1] for n in registry.names()
+          if registry.in_repository(n)} == registered
+  assert registry.encoder_settings("s5") == dict(positions="none", pooling="MEAN", use_cls=False)
+  assert registry.encoder_settings("transformer") == {}
+  assert registry.settings_when("sparse_transformer", dict(num_heads=1)) == dict(
+      combine="merged")
+  assert registry.settings_when("sparse_transformer", dict(num_heads=2)) == {}
 
 
-def test_registry_reads_mixer_constants_without_importing_the_mixer():
-  """ENCODER_SETTINGS and SETTINGS_WHEN come from the source: no mixer module, no JAX."""
-  code = ("import sys, lra.models.registry as r; "
-          "assert r.encoder_settings('s5') == dict(positions='none', pooling='MEAN', "
-          "use_cls=False); "
-          "assert r.encoder_settings('transformer') == {}; "
-          "assert r.settings_when('sparse_transformer', dict(num_heads=1)) == "
-          "dict(combine='merged'); "
-          "assert r.settings_when('sparse_transformer', dict(num_heads=2)) == {}; "
-          "loaded = [m for m in sys.modules if m in ('lra.models.s5', 'lra.models.sparse_transformer') "
-          "or m.split('.')[0] in ('jax', 'flax')]; "
-          "assert not loaded, loaded")
-  subprocess.run([sys.executable, "-c", code], check=True, cwd=_ROOT)
+def test_a_built_in_name_taken_by_outside_code_is_one_line(tmp_path):
+  """Outside code that registers a built-in name gets one line naming its module, the name and
+  how to pick another (through a command: no traceback)."""
+  (tmp_path / "mine.py").write_text(
+      "from lra.models import common, registry\n\n"
+      "@registry.register('transformer')\nclass Mine(common.Mixer):\n  pass\n")
+  run = subprocess.run([sys.executable, os.path.join(_ROOT, "train.py"), "--import=mine",
+                        "--config=configs/listops.py:transformer,cpu", f"--workdir={tmp_path}/w"],
+                       cwd=tmp_path, capture_output=True, text=True)
+  assert run.returncode != 0 and "Traceback" not in run.stderr, run.stderr
+  (line,) = [l for l in run.stderr.splitlines() if l.strip()]
+  assert line == ("error: mine registers mixer 'transformer', a name models/transformer.py "
+                  "already has; register yours under another name, e.g. "
+                  "@register('my_transformer')"), line
+  assert not (tmp_path / "w").exists()
 
 
 def test_run_time_mixer_constants_come_from_its_class():

@@ -9,7 +9,7 @@ import lra.models.nystromformer  # noqa: F401  (registers "nystromformer")
 from lra.models import common, registry, transformer
 from lra.models.nystromformer import (NystromAttention, depthwise_conv, iterative_pinv,
                                   nystrom_attention)
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests.helpers import (array_shapes, masked_softmax_attention, noise_where_padded,
                            run_once as _run)
 

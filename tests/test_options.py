@@ -7,7 +7,7 @@ from lra.configs import base, listops
 from lra.errors import UserError
 from lra.reporting import comparable
 from lra.training import config_checks, optim, options, workdir
-from lra.models import settings
+from lra import rules
 
 NOT_TRAINER = ("task", "data", "model")  # the other top-level fields of configs/base.py
 # The flags as they were before the table (workdir.OBSERVING, comparable._IGNORED), written
@@ -48,7 +48,7 @@ def test_every_setting_has_a_one_line_doc_and_a_models_settings_rule():
   for name, option in options.TABLE.items():
     assert option.doc and "\n" not in option.doc, name
     assert option.rule is None or isinstance(
-        option.rule, (settings.Int, settings.Float, settings.Choice)), name
+        option.rule, (rules.Int, rules.Float, rules.Choice)), name
   assert options.TABLE["schedule"].rule.values == optim.SCHEDULES
 
 

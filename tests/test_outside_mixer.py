@@ -1,9 +1,11 @@
 """A mixer from outside the repository, through the public commands only (README, "Adding a
 model"): a researcher's own folder holds `my_attention.py`, which registers "relu_linear";
 `--import` (or LRA_IMPORT) brings it to train.py, the leaderboard and eval.py speed, their own
-pytest runs lra.testing.check_mixer on it, and its table row is marked not comparable with the
-paper. A module that cannot be found is one line; an error inside the module keeps its
-traceback. Each command runs in a subprocess, so the pytest process never registers it."""
+pytest runs lra.testing.check_mixer on it, its table row is marked not comparable with the
+paper and its results.json names the module's file and SHA-256. A module that cannot be found
+is one line; an error inside the module keeps its traceback. Each command runs in a
+subprocess, so the pytest process never registers it."""
+import hashlib
 import json
 import os
 import shlex
@@ -90,7 +92,7 @@ def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_d
   finds that run finished and tables it, marked not comparable with the paper."""
   grid = ["-m", "lra.commands.leaderboard", "--import=my_attention", "--models=relu_linear",
           "--tasks=listops", "--preset=cpu", "--root=grid",
-          *[a for item in TINY + [f"data.data_dir={listops_dir}"] for a in ("--set", item)]]
+          *[f"--config.{item}" for item in TINY + [f"data.data_dir={listops_dir}"]]]
   printed = _run(*grid, "--print_commands", cwd=folder)
   assert printed.returncode == 0, printed.stderr[-3000:]
   (command,) = printed.stdout.splitlines()
@@ -101,7 +103,13 @@ def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_d
   assert trained.returncode == 0, trained.stderr[-3000:]
   assert "test accuracy" in trained.stdout
   run = folder / "grid" / "listops" / "relu_linear-cpu"
-  assert json.loads((run / "results.json").read_text())["num_train_steps"] == 3
+  results = json.loads((run / "results.json").read_text())
+  assert results["num_train_steps"] == 3
+  # results.json names the exact code of the mixer: the module, its file, the file's hash.
+  module = folder / "my_attention.py"
+  assert results["mixer_module"] == {
+      "name": "my_attention", "file": str(module.resolve()),
+      "sha256": hashlib.sha256(module.read_bytes()).hexdigest()}
 
   tabled = _run(*grid, cwd=folder)
   assert tabled.returncode == 0, tabled.stdout[-2000:] + tabled.stderr[-2000:]
@@ -112,6 +120,14 @@ def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_d
   assert any("no paper-comparable config of model 'relu_linear'" in w for w in why), why
   markdown = (folder / "grid" / "table" / "accuracy.md").read_text()
   assert f"| relu_linear | {row['cells']['listops']['ours']:.1f}* |" in markdown
+
+  # The file edited, the finished run tested again (no steps left): the new hash is recorded.
+  module.write_text(MY_ATTENTION + "# tuned\n")
+  retested = _run(*argv[1:], cwd=folder)
+  assert retested.returncode == 0, retested.stderr[-3000:]
+  again = json.loads((run / "results.json").read_text())["mixer_module"]
+  assert again["sha256"] == hashlib.sha256(module.read_bytes()).hexdigest()
+  assert again["sha256"] != results["mixer_module"]["sha256"]
 
 
 def test_speed_cell_by_the_environment_variable(folder, tmp_path):

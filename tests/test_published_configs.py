@@ -12,6 +12,7 @@ import pytest
 from lra import models
 from lra.configs import listops, pathx, published, task_config
 from lra.data import tasks
+from lra.errors import UserError
 from lra.models import registry, settings
 from lra.models.settings import EncoderConfig
 
@@ -146,13 +147,6 @@ def test_mamba_is_at_parameter_parity_with_s5(task):
   assert c.ssm_learning_rate == c.learning_rate == s5["learning_rate"]
 
 
-def test_unknown_trainer_key_fails_loudly(monkeypatch):
-  table = published.table("s4d").HYPERPARAMETERS
-  monkeypatch.setitem(table, "listops", dict(table["listops"], learning_rat=0.1))
-  with pytest.raises(KeyError, match="learning_rat"):
-    listops.get_config("s4d")
-
-
 # --- Mega: sizes and parameter counts against the official modules ----------------------------
 
 def _count(tree) -> int:
@@ -205,3 +199,17 @@ def test_mega_sizes_and_parameter_counts_match_the_official_modules():
   assert set(mega.CHUNK_SIZES) == set(TASKS)
   assert {size for task, size in mega.CHUNK_SIZES.items() if task != "pathx"} == {128}
   assert mega.CHUNK_SIZES["pathx"] == 4096
+
+
+def test_a_wrong_published_table_is_a_user_error(monkeypatch):
+  """A table without the task, or with a key the trainer lacks, is one line naming the file."""
+  module = published.table("s4d")
+  table = {task: dict(entry) for task, entry in module.HYPERPARAMETERS.items()}
+  del table["image"]
+  monkeypatch.setattr(module, "HYPERPARAMETERS", table)
+  with pytest.raises(UserError, match=r"configs/published/s4d.py has no hyperparameters for "
+                                      r"task 'image'; it has: listops"):
+    task_config("image").get_config("s4d")
+  table["listops"]["learning_rat"] = 0.1
+  with pytest.raises(UserError, match=r"s4d.py sets 'learning_rat', which is not a trainer"):
+    task_config("listops").get_config("s4d")

@@ -13,7 +13,7 @@ from lra import models
 from lra.configs import listops
 from lra.errors import UserError
 from lra.models import registry
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from lra.training import optim
 from tests import helpers
 

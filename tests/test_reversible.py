@@ -12,7 +12,8 @@ from lra import models
 import lra.models.linformer  # noqa: F401  (registers "linformer")
 import lra.models.local  # noqa: F401  (registers "local")
 from lra.models import registry, reversible
-from lra.models.settings import EncoderConfig, SettingError
+from lra.models.settings import EncoderConfig
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import layer_norm, run_once as _run
 

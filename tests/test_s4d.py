@@ -13,7 +13,7 @@ from lra.configs import listops
 from lra.training import optim
 from lra.models import registry
 from lra.models.s4d import S4D, ssm_kernel
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

@@ -10,7 +10,7 @@ from lra import models
 import lra.models.s5  # noqa: F401  (registers "s5")
 from lra.models import registry
 from lra.models.s5 import S5, discretize, eigenbasis, hippo_n, hippo_n_eigen
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

@@ -7,7 +7,7 @@ import pytest
 import lra.models.sinkhorn  # noqa: F401  (registers "sinkhorn")
 from lra.models import registry
 from lra.models.sinkhorn import SinkhornAttention, sinkhorn, sorted_block_attention
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

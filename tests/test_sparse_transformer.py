@@ -10,7 +10,7 @@ from lra import models
 import lra.models.sparse_transformer  # noqa: F401  (registers "sparse_transformer")
 from lra.models import registry, transformer
 from lra.models.sparse_transformer import SparseTransformerAttention
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

@@ -8,7 +8,7 @@ from lra import models
 import lra.models.synthesizer  # noqa: F401  (registers "synthesizer")
 from lra.models import registry, transformer
 from lra.models.synthesizer import MODES, SynthesizerAttention
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

@@ -13,7 +13,7 @@ from lra.models import registry
 from lra.models.common import MASK_VALUE
 from lra.models.encoder import MLP
 from lra.models.transformer_xl import TransformerXLAttention
-from lra.models.settings import SettingError
+from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
 

@@ -24,6 +24,7 @@ import math
 from types import ModuleType
 
 from lra.data.tasks import FACTS  # train_size: examples per epoch (after held-out validation)
+from lra.errors import UserError
 from lra.models import registry
 
 MODELS = ("s4d", "s5", "lru", "mamba", "mega")  # the models that may have a table here
@@ -81,8 +82,8 @@ def apply(c, options: set[str]):
   if module is None:
     return c
   if c.task not in module.HYPERPARAMETERS:
-    raise ValueError(f"configs/published/{c.model.name}.py has no hyperparameters for task "
-                     f"{c.task!r}; it has: {', '.join(module.HYPERPARAMETERS)}")
+    raise UserError(f"configs/published/{c.model.name}.py has no hyperparameters for task "
+                    f"{c.task!r}; it has: {', '.join(module.HYPERPARAMETERS)}")
   entry = dict(module.HYPERPARAMETERS[c.task])
   model = dict(entry.pop("model"))
   mixer = dict(model.pop("attention", {}))
@@ -113,8 +114,8 @@ def apply(c, options: set[str]):
   epochs = entry.pop("epochs")
   for key, value in entry.items():
     if key not in c:
-      raise KeyError(f"configs/published/{c.model.name}.py sets {key!r}, which is not a "
-                     "trainer setting of configs/base.py")
+      raise UserError(f"configs/published/{c.model.name}.py sets {key!r}, which is not a "
+                      "trainer setting (lra/training/options.py); correct that file")
     c[key] = value
   c.eval_batch_size = c.batch_size
   c.num_train_steps = math.ceil(epochs * FACTS[c.task].train_size / c.batch_size)

@@ -4,20 +4,23 @@
   python eval.py curves runs/listops_a runs/listops_b [--out=eval_out]
   python eval.py speed [--models=transformer] [--lengths=1024,2048,3072,4096] [--batch=32]
                        [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
-                       [--set KEY=VALUE ...] [--import=MODULE ...]
+                       [--config.model.KEY=VALUE ...] [--import=MODULE ...]
 
 `accuracy` reads the results.json of finished runs (a folder of many runs will do) and writes
-accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json): the paper's rows of
-the models that ran (`--all_paper_rows`: every model of the paper). `curves` draws curves.png:
-train and validation loss and accuracy against step from each run's metrics.jsonl, a line per
-run. `speed` measures the real train step of every model at every length, each in a fresh
-process, and writes speed.{md,csv,json} and scaling.png; without --lengths/--batch it measures
-the paper's grid (1K-4K tokens, batch 32), or on a CPU a CPU-sized one (512 and 1024 tokens,
-batch 4), and says so. `--set` overrides any config.model field for every model
-(after the size flags; values are Python literals), e.g. `--set reversible=True --set
-num_layers=12`, or a mixer setting as `--set attention.NAME=VALUE`. `--import=MODULE`
-(repeatable; or LRA_IMPORT=MODULE,...) imports a module of your own that registers a mixer,
-so that `speed` measures it beside the others; `accuracy` accepts it too.
+accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json; a chart that would be
+empty is skipped, in one line that says why and which --average or measurement would draw it):
+the paper's rows of the models that ran (`--all_paper_rows`: every model of the paper). `curves`
+draws curves.png: train and validation loss and accuracy against step from each run's
+metrics.jsonl, a line per run. `speed` measures the real train step of every model at every
+length, each in a fresh process, and writes speed.{md,csv,json} and scaling.png; without
+--lengths/--batch it measures the paper's grid (1K-4K tokens, batch 32), or on a CPU a CPU-sized
+one (512 and 1024 tokens, batch 4), and says so. `--config.model.KEY=VALUE` overrides a
+config.model field of every model (after the size flags; values are Python literals), as
+train.py takes it, e.g. `--config.model.reversible=True --config.model.num_layers=12`, or a
+mixer setting as `--config.model.attention.NAME=VALUE` (the old `--set KEY=VALUE`, relative to
+config.model, still works and says how to write it). `--import=MODULE` (repeatable; or
+LRA_IMPORT=MODULE,...) imports a module of your own that registers a mixer, so that `speed`
+measures it beside the others; `accuracy` accepts it too.
 """
 import argparse
 import json
@@ -86,16 +89,19 @@ def _accuracy(args) -> None:
   if not found:
     raise UserError(f"no finished run with a valid results.json under {', '.join(args.runs)}; "
                     f"nothing written (earlier tables in {args.out} are kept)")
-  if measured is not None:  # a chart that would be empty is refused before anything is written
+  why = None  # a chart that would be empty is skipped: the tables are written all the same
+  if measured is not None:
     why = speed.bubble_refusal(accuracy.accuracy_table(found, references=paper_configs),
                                speed.speed_tables(measured["rows"]), args.average)
-    if why:
-      raise UserError(f"no bubble chart: {why}; nothing written")
   table, text = accuracy.write_tables(found, args.out, paper_configs,
                                       all_paper_rows=args.all_paper_rows)
   print(text)
-  if measured is not None:
-    _bubble(charts, paths.resolve(args.out) / "bubble.png", table, found, measured, args.average)
+  chart = paths.resolve(args.out) / "bubble.png"
+  if measured is not None and why is None:
+    _bubble(charts, chart, table, found, measured, args.average)
+  elif why is not None:
+    earlier = f" (the {args.out}/bubble.png there is an earlier one)" if chart.exists() else ""
+    _warn([f"bubble chart skipped: {why}{earlier}"])
   print(f"wrote {args.out}/accuracy.{{md,csv,json}}")
 
 
@@ -161,7 +167,7 @@ def _check_models(models: list[str], lengths: list[int], batch: int, size: dict,
         model_lib.build(config.model.to_dict(), vocab_size=text.vocab_size,
                         num_classes=text.num_classes, max_len=length, pair=text.pair)
       except UserError as e:  # a model's SettingError included
-        raise UserError(f"model {model} at length {length} (size flags and --set): {e}; "
+        raise UserError(f"model {model} at length {length} (size flags and --config.model overrides): {e}; "
                         f"nothing measured") from None
 
 
@@ -195,7 +201,7 @@ def _speed(args) -> None:
   if args.lengths is not None:
     _lengths(args.lengths)
   size = {k: getattr(args, k) for k in measuring.TEXT_BASE_SIZE}
-  sets = cli.parse_sets(args.sets)
+  sets = measuring.model_sets(args.sets)
   chosen = args.lengths is not None and args.batch is not None
   if chosen:  # else the grid depends on the machine: checked once it is known
     _check_models(models, _lengths(args.lengths), args.batch, size, args.dtype, sets)
@@ -216,7 +222,7 @@ def _speed(args) -> None:
     for length in lengths:
       row = measuring.run_in_fresh_process(model, length, args.batch, size, args.dtype,
                                            args.repeats, args.timeout, tuple(imports),
-                                           tuple(args.sets))
+                                           sets)
       row["matmul_peak_flops_per_s"] = machine["matmul_peak_flops_per_s"]
       rows.append(row)
       shown = (f"{row['steps_per_s']:.3f} steps/s" if row["status"] == "ok" else row["status"])
@@ -266,17 +272,25 @@ def parser() -> argparse.ArgumentParser:
   s.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is kept")
   s.add_argument("--timeout", type=float, default=1800, help="seconds per (model, length)")
   plugins.add_flag(s, ", imported in each measuring process too")
-  s.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                 help="override a config.model field for every model, after the size flags "
-                      "(repeatable), e.g. --set reversible=True --set num_layers=12")
+  s.epilog = ("--config.model.KEY=VALUE (repeatable) overrides a config.model field of every "
+              "model after the size flags, e.g. --config.model.reversible=True, or a mixer "
+              "setting: --config.model.attention.NAME=VALUE")
   s.add_argument("--out", default="eval_out")
   s.set_defaults(run=_speed)
   return p
 
 
+def _parse_and_run(argv: list[str]) -> None:
+  rest, sets = cli.take_overrides(argv, set_root="model.")
+  args = parser().parse_args(rest)
+  if sets and args.command != "speed":
+    raise UserError(f"{cli.spelled(*sets[0])}: only eval.py speed takes config overrides")
+  args.sets = sets
+  args.run(args)
+
+
 def main(argv=None) -> None:
-  args = parser().parse_args(argv)
-  run_command(args.run, args)  # a bad flag, run or file: one line
+  run_command(_parse_and_run, sys.argv[1:] if argv is None else list(argv))  # one line
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""The grid's plan for python -m lra.commands.leaderboard: its runs (cells x seeds, and the stages of a
-protocol), their workdirs and train.py commands, and the SLURM script of them. Every config is
-loaded and every --set key checked here, so a mistake is one line before anything runs; the
+"""The grid's plan for python -m lra.commands.leaderboard: its runs (cells x seeds, and the
+stages of a protocol), their workdirs and train.py commands, and the SLURM script of them. Every
+config is loaded and every --config.KEY override checked here, so a mistake is one line before anything runs; the
 running, skipping and the table are lra.commands.leaderboard's."""
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from lra.errors import UserError
 # the cell's training inputs, then a run initialised from its encoder (config.init_from).
 PROTOCOLS = ("scratch", "spt")
 PRESETS = {"cpu": ",cpu", "paper": ",paper", "base": ""}
-# Grid names that are another mixer with settings: (registered mixer, --set items), an item
-# TASK:KEY=VALUE for that task's runs only (alias_settings). Each is a row of its own in the
-# table (lra.reporting.results.run_label).
+# Grid names that are another mixer with settings: (registered mixer, overrides (scope, key,
+# value) as lra.cli takes them), a scope being a task whose runs alone take it (alias_settings).
+# Each is a row of its own in the table (lra.reporting.results.run_label).
 ALIASES = {
-    "transformer_chunked": ("transformer", ("model.attention.implementation=chunked",)),
+    "transformer_chunked": ("transformer", ((None, "model.attention.implementation", "chunked"),)),
     # Mega-chunk: Mega attending within chunks, of the paper's size per task.
-    "mega_chunk": ("mega", tuple(f"{task}:model.attention.chunk_size={size}"
+    "mega_chunk": ("mega", tuple((task, "model.attention.chunk_size", str(size))
                                  for task, size in CHUNK_SIZES.items())),
 }
 
@@ -65,22 +65,15 @@ def _names(text: str, flag: str, valid: list[str]) -> list[str]:
 
 
 def _literal(text: str):
-  """A --set value as train.py's override gives it to the config, as JSON records it: a
+  """An override's value as train.py's override gives it to the config, as JSON records it: a
   Python literal where it is one, else the text itself."""
   return json.loads(json.dumps(cli.literal(text)))
 
 
-def _parse_set(item: str, scopes: list[str]) -> tuple[str | None, str, str]:
-  """'[SCOPE:]KEY=VALUE' -> (scope or None, key, value)."""
-  scope, key, value = cli.split_set(item, "KEY=VALUE or TASK:KEY=VALUE or MODEL:KEY=VALUE",
-                                    "num_train_steps=100", scoped=True)
-  if key.startswith(("-", "config.")):
-    raise UserError(f"--set {item!r}: give the config key alone, e.g. --set "
-                    f"{key.lstrip('-').removeprefix('config.')}={value}")
-  if scope is not None and scope not in scopes:
-    raise UserError(f"--set {item!r}: {scope!r} is no task or model of this grid "
+def _check_scope(item: tuple[str | None, str, str], scopes: list[str]) -> None:
+  if item[0] is not None and item[0] not in scopes:
+    raise UserError(f"{cli.spelled(*item)}: {item[0]!r} is no task or model of this grid "
                     f"({', '.join(scopes)})")
-  return scope, key, value
 
 
 def _has_key(config, key: str) -> bool:
@@ -135,11 +128,9 @@ def _seeds(text: str | None) -> list[int | None]:
 def alias_settings(model: str, task: str) -> tuple[str, list[tuple[str, str]]]:
   """(the registered mixer, its (key, value) settings on `task`) of a grid name: an alias's
   (ALIASES; an item scoped to a task overrides the unscoped one), else (model, [])."""
-  from lra.data.tasks import NAMES
   mixer, items = ALIASES.get(model, (model, ()))
   found = {}
-  for scope, key, value in sorted((_parse_set(item, list(NAMES)) for item in items),
-                                  key=lambda item: item[0] is not None):
+  for scope, key, value in sorted(items, key=lambda item: item[0] is not None):
     if scope in (None, task):
       found[key] = value
   return mixer, list(found.items())
@@ -153,16 +144,16 @@ def _cell_settings(task: str, model: str, preset: str, sets: list
   mine = extra + [(key, value) for scope, key, value in sets if scope in (None, task, model)]
   for key, value in mine:
     if not _has_key(config, key):
-      raise UserError(f"--set {key}={value}: the {task} config of {model} has no key "
-                      f"{key!r} (see configs/base.py and configs/{task}.py); a key that "
-                      f"only some runs have takes a scope: TASK:KEY=VALUE or "
-                      f"MODEL:KEY=VALUE")
+      raise UserError(f"{cli.spelled(None, key, value)}: the {task} config of {model} has no "
+                      f"key {key!r} (see configs/base.py and configs/{task}.py); a key that "
+                      f"only some runs have takes a scope: {cli.PREFIX}KEY@TASK=VALUE or "
+                      f"{cli.PREFIX}KEY@MODEL=VALUE")
   return config.num_train_steps, mine
 
 
 def plan(args) -> list[Run]:
   """The grid's runs (every cell of one seed, then the next seed's), every config loaded and
-  every --set key checked first: a mistake is one line before anything runs."""
+  every --config.KEY override checked first: a mistake is one line before anything runs."""
   from lra.data.tasks import NAMES
   from lra.models import registry
   # Outside mixers register first (--import, LRA_IMPORT); every run imports them too.
@@ -171,15 +162,18 @@ def plan(args) -> list[Run]:
     raise UserError(f"--preset={args.preset!r}: give one of {', '.join(PRESETS)}")
   tasks = _names(args.tasks, "tasks", list(NAMES))
   models = _names(args.models, "models", registry.names() + list(ALIASES))
-  sets = [_parse_set(item, tasks + models) for item in args.sets]
+  sets = list(args.sets)  # (scope, key, value) from lra.cli.take_overrides
+  for item in sets:
+    _check_scope(item, tasks + models)
   seeds = _seeds(args.seeds)
   if seeds != [None] and any(key == "seed" for _, key, _ in sets):
-    raise UserError("--set seed=...: --seeds gives each run its seed; give one of the two")
+    raise UserError(f"{cli.PREFIX}seed=...: --seeds gives each run its seed; give one of the "
+                    f"two")
   if args.protocol not in PROTOCOLS:
     raise UserError(f"--protocol={args.protocol!r}: give one of {', '.join(PROTOCOLS)}")
   if args.protocol != "scratch" and any(key in ("objective", "init_from") for _, key, _ in sets):
-    raise UserError(f"--set objective/init_from: --protocol={args.protocol} sets them for each "
-                    f"stage; give one of the two")
+    raise UserError(f"{cli.PREFIX}objective / {cli.PREFIX}init_from: --protocol="
+                    f"{args.protocol} sets them for each stage; give one of the two")
   if paths.resolve(args.root).exists() and not paths.resolve(args.root).is_dir():
     raise UserError(f"--root={args.root} is a file; name a folder for the runs")
   train, configs = _script_paths()

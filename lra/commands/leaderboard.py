@@ -1,8 +1,8 @@
 """One command for a grid of training runs: models x tasks, one preset, then the accuracy table.
 
-  python -m lra.commands.leaderboard --models=transformer,performer --tasks=listops,image --preset=cpu
-                            [--root=runs/leaderboard] [--set KEY=VALUE ...] [--seeds=0,1,2]
-                            [--import=MODULE ...] [--print_commands] [--slurm=FILE]
+  python -m lra.commands.leaderboard --models=transformer,performer --tasks=listops,image
+      --preset=cpu [--root=runs/leaderboard] [--config.KEY=VALUE ...] [--seeds=0,1,2]
+      [--import=MODULE ...] [--print_commands] [--slurm=FILE]
 
 Each (task, model) is one `python train.py --config=configs/TASK.py:MODEL[,PRESET]
 --workdir=ROOT/TASK/MODEL[-PRESET]` run in its own process, one after another: a finished run
@@ -18,8 +18,9 @@ task (Mega-chunk); their results.json names the mixer (`transformer`, `mega`), t
 each a row of its own (lra.reporting.results.run_label).
 --preset: cpu (the configs' `,cpu` sizes), paper (`,paper`: the paper's appendix values) or
 base (the plain config: the original repository's base values).
---set KEY=VALUE: `--config.KEY=VALUE` for every run; TASK:KEY=VALUE or MODEL:KEY=VALUE for the
-runs of one task or one model (a key must exist in the config of every run it reaches).
+--config.KEY=VALUE: passed on to every run as train.py takes it; --config.KEY@TASK=VALUE or
+--config.KEY@MODEL=VALUE to the runs of one task or one model (a key must exist in the config
+of every run it reaches). The old `--set KEY=VALUE` still works, with one line on its spelling.
 --seeds=0,1,2: every (task, model) once per seed (`--config.seed=N`; the data keeps its own
 data.seed), all cells of one seed first, in the workdir MODEL[-PRESET]_seedN (seed 0: the name
 without --seeds); the table gives each cell's mean +- std over its seeds.
@@ -43,8 +44,8 @@ import signal
 import sys
 import time
 
-from lra import config_record, paths, plugins
-from lra.errors import UserError, run_command
+from lra import cli, config_record, paths, plugins
+from lra.errors import UserError, fail, run_command
 from lra.commands.grid_plan import ALIASES, Run, array_tasks, plan, slurm_script
 
 def finished(run: Run) -> tuple[dict | None, str]:
@@ -241,8 +242,7 @@ def _main(args) -> None:
   _summary(outcome, len(runs), time.time() - start)
   if stop.signum:
     name = signal.Signals(stop.signum).name
-    print(f"error: stopped by {name}; to resume, run the same command again", file=sys.stderr)
-    sys.exit(128 + stop.signum)
+    fail(f"stopped by {name}; to resume, run the same command again", 128 + stop.signum)
   write_table(args.root)
   if outcome["failed"]:
     sys.exit(1)
@@ -255,9 +255,6 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--tasks", default="", help="comma separated task names, or all")
   p.add_argument("--preset", default="", help="cpu, paper or base")
   p.add_argument("--root", default="runs/leaderboard", help="one workdir per run under it")
-  p.add_argument("--set", dest="sets", action="append", default=[],
-                 metavar="[TASK:|MODEL:]KEY=VALUE",
-                 help="--config.KEY=VALUE for every run (or one task's, one model's runs)")
   p.add_argument("--seeds", metavar="0,1,2",
                  help="run every cell once per seed (config.seed); the table: mean +- std")
   p.add_argument("--protocol", default="scratch", metavar="scratch|spt",
@@ -271,9 +268,20 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
   argv = sys.argv[1:] if argv is None else list(argv)
-  args = parser().parse_args(argv)
+  run_command(_parse_and_run, argv)  # a bad name, override, preset or --seeds: one line, exit 1
+
+
+def parse_args(argv: list[str]):
+  """The grid's flags, its --config.KEY[@SCOPE]=VALUE overrides as `args.sets`."""
+  rest, sets = cli.take_overrides(argv, scoped=True)
+  args = parser().parse_args(rest)
+  args.sets = sets
   args.argv = argv  # for the SLURM script's note of how it was made
-  run_command(_main, args)  # a bad name, --set, preset or --seeds: one line, exit 1
+  return args
+
+
+def _parse_and_run(argv: list[str]) -> None:
+  _main(parse_args(argv))
 
 
 if __name__ == "__main__":

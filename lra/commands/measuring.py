@@ -18,6 +18,7 @@ from typing import Any
 
 from lra.configs import table, text
 from lra import cli, plugins
+from lra.errors import UserError
 from lra.commands import grid_plan
 from lra.reporting import benchmark
 
@@ -41,21 +42,33 @@ def measured_config(model: str, length: int, batch: int, size: dict[str, int], d
   for key, value in size.items():
     c.model[key] = value
   benchmark.override(c.model, {key.removeprefix("model."): cli.literal(value)
-                               for key, value in extra})
+                               for key, value in extra})  # an alias's settings
   benchmark.override(c.model, sets or {})
   return c
+
+
+def model_sets(items: list[tuple[str | None, str, str]]) -> dict[str, Any]:
+  """--config.model.KEY=VALUE overrides (lra.cli) -> {KEY: value} for `measured_config`: the
+  lengths, batch and dtype have their own flags, so only config.model fields are taken."""
+  sets = cli.as_dict(items)
+  other = [key for key in sets if not key.startswith("model.")]
+  if other:
+    raise UserError(f"{cli.PREFIX}{other[0]}: eval.py speed takes config.model settings "
+                    f"(--config.model.KEY=VALUE); the length, batch and dtype have their flags "
+                    f"(--lengths, --batch, --dtype)")
+  return {key.removeprefix("model."): value for key, value in sets.items()}
 
 
 def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, int],
                          dtype: str, repeats: int, timeout_s: float,
                          imports: tuple[str, ...] = (),
-                         sets: tuple[str, ...] = ()) -> dict[str, Any]:
+                         sets: dict[str, Any] | None = None) -> dict[str, Any]:
   """One (model, length) per process, so no model's peak memory counts for another."""
   command = [sys.executable, "-m", _CHILD, "--one", "--model", model,
              "--length", str(length), "--batch", str(batch), "--dtype", dtype,
              "--repeats", str(repeats), "--size", json.dumps(size)]
   command += [f"--import={module}" for module in imports]  # as plugins.portable gives them
-  command += [f"--set={item}" for item in sets]
+  command += [f"{cli.PREFIX}model.{key}={value!r}" for key, value in (sets or {}).items()]
   env = plugins.child_environment()  # the modules are the flags; the caller's folder searched
   env["PYTHONPATH"] = _ROOT + os.pathsep + env["PYTHONPATH"]
   try:
@@ -94,14 +107,14 @@ def _parser() -> argparse.ArgumentParser:
   p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--size", default=json.dumps(TEXT_BASE_SIZE))
   plugins.add_flag(p)
-  p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                 help="override a config.model field after --size (repeatable)")
+  p.epilog = "--config.model.KEY=VALUE overrides a config.model field after --size (repeatable)"
   return p
 
 
 def main(argv=None) -> None:
   p = _parser()
-  args = p.parse_args(argv)
+  rest, sets = cli.take_overrides(sys.argv[1:] if argv is None else list(argv))
+  args = p.parse_args(rest)
   if args.machine:
     machine = benchmark.describe_machine()
     machine["matmul_peak_flops_per_s"] = benchmark.matmul_peak_flops(args.dtype)
@@ -112,7 +125,7 @@ def main(argv=None) -> None:
   try:
     plugins.import_modules(args.imports)
     config = measured_config(args.model, args.length, args.batch, json.loads(args.size),
-                             args.dtype, cli.parse_sets(args.sets))
+                             args.dtype, model_sets(sets))
     row = {**benchmark.measure(config, args.repeats), "model": args.model}  # an alias's name
   except Exception as e:  # reported as a table cell, never a crash of the whole table
     row = benchmark.failure(args.model, args.length, args.batch, f"{type(e).__name__}: {e}",

@@ -16,6 +16,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from lra import errors
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "configs/TASK.py:MODEL[,cpu][,paper]")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
 _COORDINATOR = flags.DEFINE_string(
@@ -38,8 +40,8 @@ _MULTIHOST = flags.DEFINE_bool("multihost", False,
 
 
 def _fail(message: str) -> None:
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(2)
+  """A bad command line: exit 2, as absl's own usage errors."""
+  errors.fail(message, 2)
 
 
 def _unknown_override(error: AttributeError, argv) -> str | None:
@@ -163,22 +165,11 @@ def _quiet_logs(config) -> None:
     logging.set_verbosity(logging.WARNING)
 
 
-def _exit_on_fault(message: str) -> None:
-  """One line for a fault of the machine (disk full, out of memory, ...), then exit at once:
-  Orbax's threads, which met the same fault, would print their tracebacks while Python shuts
-  down. Everything saved is closed by then (train_and_evaluate's finally)."""
-  print(f"error: {message}", file=sys.stderr)
-  sys.stdout.flush()
-  sys.stderr.flush()
-  os._exit(1)
-
-
 def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   _quiet_backend_probe()
   import jax  # after flag parsing, so a bad command line fails fast
-  from lra.errors import UserError, environment_fault
   from lra.training import faults, preemption, profiling, trainer
   # Before anything compiles; a restart then loads the compiled programs from disk.
   profiling.enable_compilation_cache(_CONFIG.value.compilation_cache_dir)
@@ -195,17 +186,17 @@ def main(argv):
       results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
                                            allow_config_change=_ALLOW_CONFIG_CHANGE.value)
   except preemption.Preempted as e:  # 128 + signal, as a shell reports a killed job: 143, 130
-    print(f"error: {e}; to resume, run the same command again: "
-          f"python {shlex.join(sys.argv)}", file=sys.stderr)
-    sys.exit(128 + e.signum)
-  except UserError as e:  # a bad config or bad data; anything else is a bug: traceback
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
+    errors.fail(f"{e}; to resume, run the same command again: python {shlex.join(sys.argv)}",
+                128 + e.signum)
+  except errors.UserError as e:  # a bad config or bad data; anything else is a bug: traceback
+    errors.fail(str(e))
   except (OSError, ValueError, MemoryError, jax.errors.JaxRuntimeError) as e:
-    message = environment_fault(e) or faults.out_of_memory(e, _CONFIG.value)
+    message = errors.environment_fault(e) or faults.out_of_memory(e, _CONFIG.value)
     if message is None:
       raise  # a bug: its traceback
-    _exit_on_fault(message)
+    # At once: Orbax's threads, which met the same fault, would print their tracebacks while
+    # Python shuts down. Everything saved is closed by then (train_and_evaluate's finally).
+    errors.fail(message, now=True)
   if jax.process_index() == 0 and results.get("objective") == "denoise":
     print(f"masked-token validation accuracy {results['val_masked_accuracy']:.4f} (loss "
           f"{results['val_masked_loss']:.4f}, best at step {results['best_step']}); results "

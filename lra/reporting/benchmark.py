@@ -41,20 +41,21 @@ def override(model_config, sets: dict[str, Any], root: str = "config.model") -> 
   """Sets config.model fields ('attention.NAME' for a mixer setting), or the fields below
   `root`; an unknown key is an error naming the valid ones."""
   for key, value in sets.items():
+    flag = f"--{root}.{key}"  # as the command line spells it (lra.cli)
     if key == "name":
-      raise UserError("--set name=...: choose the models with --models")
+      raise UserError(f"{flag}=...: choose the models with --models")
     node, path = model_config, key.split(".")
     for i, part in enumerate(path):
       if part not in node:
         where = ".".join([root, *path[:i]])
-        raise UserError(f"--set {key}: {where} has no field {part!r}; valid: "
+        raise UserError(f"{flag}: {where} has no field {part!r}; valid: "
                         f"{', '.join(sorted(node.keys()))}")
       if i < len(path) - 1:
         node = node[part]
     try:
       node[path[-1]] = value
     except TypeError as e:  # ml_collections keeps each field's type
-      raise UserError(f"--set {key}={value!r}: {e}") from None
+      raise UserError(f"{flag}={value!r}: {e}") from None
 
 
 def measure(config, repeats: int = 5, steps_per_repeat: int = 3) -> dict[str, Any]:

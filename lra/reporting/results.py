@@ -8,7 +8,7 @@ from lra import paths
 from lra.reporting import comparable, seeds
 from lra.reporting.numbers import finite
 from lra.reporting.paper import SPT, TASKS
-from lra.models.settings import is_int, is_real
+from lra.rules import is_int, is_real
 
 
 def _find_results(path: str, warnings: list[str]) -> list:

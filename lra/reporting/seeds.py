@@ -8,7 +8,7 @@ import statistics
 from lra import config_record
 from lra.reporting import comparable
 from lra.reporting.numbers import finite
-from lra.models.settings import is_int
+from lra.rules import is_int
 
 # How the tables combine seeds, as they state it.
 SEED_RULE = ("Finished runs of one model and task that differ only in the seed (config.seed: "

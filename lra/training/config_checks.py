@@ -8,7 +8,7 @@ import jax
 from lra.errors import UserError
 from lra.training import options, profiling, writers
 from lra.models import registry
-from lra.models import settings as s
+from lra import rules as s
 
 # The trainer's rules are in lra/training/options.py; these data settings are set by each task
 # config, so their rules stay here beside their one use.
@@ -47,12 +47,12 @@ def check_train_split(config, train_examples: int) -> None:
 
 
 
-# Settings that count steps: what a run as short as (or shorter than) one of them misses, and
-# the share of the run configs/base.py's CPU switch gives it (the value the warning suggests).
-_SHORT_RUN = {"warmup_steps": ("the learning rate never reaches its peak", 10),
-              "eval_every": ("validated only at the last step", 4),
-              "checkpoint_every": ("no checkpoint to resume from before the end", 4),
-              "log_every": ("one log line, at the end", 20)}
+# Settings that count steps: what a run as short as (or shorter than) one of them misses (the
+# value the warning suggests: the share options.SHORT_RUN_SHARES gives it).
+_SHORT_RUN = {"warmup_steps": "the learning rate never reaches its peak",
+              "eval_every": "validated only at the last step",
+              "checkpoint_every": "no checkpoint to resume from before the end",
+              "log_every": "one log line, at the end"}
 
 
 def short_run_warning(config) -> str | None:
@@ -63,7 +63,8 @@ def short_run_warning(config) -> str | None:
   over = [key for key in _SHORT_RUN if key in config and config[key] >= steps]
   if not over:
     return None
-  found = ", ".join(f"config.{k}={config[k]} ({_SHORT_RUN[k][0]})" for k in over)
-  wanted = " ".join(f"--config.{k}={max(steps // _SHORT_RUN[k][1], 1)}" for k in over)
+  found = ", ".join(f"config.{k}={config[k]} ({_SHORT_RUN[k]})" for k in over)
+  wanted = " ".join(f"--config.{k}={max(steps // options.SHORT_RUN_SHARES[k], 1)}"
+                    for k in over)
   return (f"config.num_train_steps={steps} is at or below {found}; for a run this short give "
           f"e.g. {wanted}")

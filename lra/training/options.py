@@ -12,11 +12,14 @@ import dataclasses
 import os
 from typing import Any
 
-from lra.models import settings as s
+from lra import rules as s
 
 SCHEDULES = ("rsqrt", "cosine", "constant", "linear")  # lra.training.optim builds each one
 OBJECTIVES = ("classify", "denoise")  # lra.training.steps and lra.training.pretrain
 WRITERS = ("jsonl", "tensorboard", "wandb")  # lra.training.writers runs each
+# The settings that count steps, and the share of a short run each gets: num_train_steps // N
+# (configs/base.py shrink, the CPU presets; config_checks' short-run warning suggests it).
+SHORT_RUN_SHARES = {"warmup_steps": 10, "eval_every": 4, "checkpoint_every": 4, "log_every": 20}
 
 
 @dataclasses.dataclass(frozen=True)

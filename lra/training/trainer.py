@@ -17,7 +17,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lra import models
-from lra import config_record, paths
+from lra import config_record, paths, provenance
 from lra.data import batches, tasks
 from lra.errors import UserError
 from lra.training import (checkpoint, config_checks, faults, initialise, optim, preemption,
@@ -51,7 +51,7 @@ def build_model(config, task: tasks.Task, mask_token: bool | None = None):
   """The model for this task: the classifier, or for config.objective "denoise" the
   Denoiser, which predicts each token of the vocabulary. `mask_token`: the embedding table
   has the mask token's row (lra.training.pretrain; None: if the run denoises). An invalid
-  setting raises models.settings.SettingError."""
+  setting raises lra.rules.SettingError."""
   extra = int(_denoise(config) if mask_token is None else mask_token)
   return models.build(config.model.to_dict(), vocab_size=task.vocab_size + extra,
                       num_classes=task.vocab_size if _denoise(config) else task.num_classes,
@@ -345,6 +345,8 @@ def train_and_evaluate(config, workdir: str, devices=None,
     task = tasks.load(config)
     config_checks.check_train_split(config, len(task.splits["train"]["labels"]))
     model = build_model(config, task, initialise.needs_mask_token(config, source, started))
+    # A mixer of the user's own (--import): its module's file and hash, read as the run starts.
+    mixer_module = provenance.mixer_module(config.model.name)
     train_step, eval_step, sharding = steps.make_steps(
         model, task.pair, mesh, config.grad_accum_steps, _objective(config, model, task))
     state = create_state(model, task, config, mesh)
@@ -364,6 +366,7 @@ def train_and_evaluate(config, workdir: str, devices=None,
     state, stopped = _train(config, workdir, task, train_step, evaluate_split, sharding,
                             state, ckpts, meta, writer)
     results = _test(config, task, evaluate_split, state, ckpts, meta, stopped)
+    results["mixer_module"] = mixer_module  # None for a mixer of models/
     final = ("val_masked_accuracy", "val_masked_loss") if _denoise(config) else (
         "test_accuracy", "test_loss")
     writer.write(int(state.step), {k: results[k] for k in final})

@@ -1,0 +1,157 @@
+"""The value rules every setting is checked by (Int, Float, Choice, Bool, Ints), and the error a
+bad one raises. Mixers (their SETTINGS), the encoder (models/settings.py EncoderConfig), the
+trainer (lra/training/options.py) and the data settings declare their rules with these; the
+reports read numbers with is_int / is_real. A leaf like lra/errors.py: it imports nothing else
+of the project. Each rule also lists values it rejects (`bad_values`), so one test can try them
+all. Plain Python, no numpy or JAX.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Sequence
+
+# The one base of user errors; lra/errors.py imports nothing of the project (no cycle, no JAX).
+from lra.errors import UserError
+
+
+class SettingError(UserError):
+  """A model name or setting that is not valid (a user error, not a bug): one line naming the
+  setting, the value and what is allowed. Raised by validation code only, when the model is
+  built; the trainer reports it as one line (a UserError), while any other exception keeps its
+  traceback."""
+
+
+def attention_key(name: str) -> str:
+  """Where a mixer setting lives in a config."""
+  return f"config.model.attention.{name}"
+
+
+def model_key(name: str) -> str:
+  """Where an encoder setting lives in a config."""
+  return f"config.model.{name}"
+
+
+def fail(key: str, value: Any, allowed: str):
+  """Raises the one-line error: `key`=`value`, and what is allowed instead."""
+  raise SettingError(f"{key}={value!r} is not valid: {allowed}")
+
+
+def is_int(value) -> bool:
+  """An integer, numpy's included, but not a bool (True would otherwise pass as 1)."""
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool) \
+      and type(value).__name__ != "bool_"
+
+
+def is_real(value) -> bool:
+  """A finite int or float (numpy's included), not a bool."""
+  return isinstance(value, numbers.Real) and not isinstance(value, bool) \
+      and type(value).__name__ != "bool_" and math.isfinite(value)
+
+
+class Int:
+  """An integer in [low, high] (high None: no upper bound)."""
+
+  def __init__(self, low: int = 1, high: int | None = None):
+    self.low, self.high = low, high
+
+  def allowed(self) -> str:
+    if self.high is None:
+      return f"an integer >= {self.low}"
+    return f"an integer in {self.low}..{self.high}"
+
+  def ok(self, value) -> bool:
+    return is_int(value) and value >= self.low and (self.high is None or value <= self.high)
+
+  def bad_values(self) -> list:
+    bad = [True, 1.5, "1", self.low - 1]
+    return bad + ([] if self.high is None else [self.high + 1])
+
+
+class Float:
+  """A real number in the interval from low to high; `open` names the excluded ends."""
+
+  def __init__(self, low: float = -math.inf, high: float = math.inf, open: str = ""):
+    self.low, self.high, self.open = low, high, open
+
+  def allowed(self) -> str:
+    parts = []
+    if self.low > -math.inf:
+      parts.append(f"{'>' if 'low' in self.open else '>='} {self.low}")
+    if self.high < math.inf:
+      parts.append(f"{'<' if 'high' in self.open else '<='} {self.high}")
+    return "a number " + " and ".join(parts) if parts else "a finite number"
+
+  def ok(self, value) -> bool:
+    if not is_real(value):
+      return False
+    above = value > self.low if "low" in self.open else value >= self.low
+    below = value < self.high if "high" in self.open else value <= self.high
+    return above and below
+
+  def bad_values(self) -> list:
+    bad = [True, "0.5", float("nan")]
+    if self.low > -math.inf:
+      bad.append(self.low if "low" in self.open else self.low - 1)
+    if self.high < math.inf:
+      bad.append(self.high if "high" in self.open else self.high + 1)
+    return bad
+
+
+class Choice:
+  """One of a fixed set of values."""
+
+  def __init__(self, values: Sequence):
+    self.values = tuple(values)
+
+  def allowed(self) -> str:
+    return "one of " + ", ".join(repr(v) for v in self.values)
+
+  def ok(self, value) -> bool:
+    return isinstance(value, type(self.values[0])) and value in self.values
+
+  def bad_values(self) -> list:
+    return ["no_such_choice", True, None]
+
+
+class Bool:
+  """True or False (numpy's bool too); 1, 0 or "yes" are errors."""
+
+  def allowed(self) -> str:
+    return "True or False"
+
+  def ok(self, value) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"
+
+  def bad_values(self) -> list:
+    return [1, "yes", None]
+
+
+class Ints:
+  """A non-empty tuple or list of integers >= low (an int alone counts as one value) if
+  `scalar_ok`; an empty one only if `empty_ok`."""
+
+  def __init__(self, low: int = 1, *, empty_ok: bool = False, scalar_ok: bool = False):
+    self.low, self.empty_ok, self.scalar_ok = low, empty_ok, scalar_ok
+
+  def allowed(self) -> str:
+    kind = "a tuple" if self.empty_ok else "a non-empty tuple"
+    alone = f" (or one integer)" if self.scalar_ok else ""
+    return f"{kind} of integers >= {self.low}{alone}"
+
+  def ok(self, value) -> bool:
+    if self.scalar_ok and is_int(value):
+      value = (value,)
+    if not isinstance(value, (tuple, list)) or (not value and not self.empty_ok):
+      return False
+    return all(is_int(v) and v >= self.low for v in value)
+
+  def bad_values(self) -> list:
+    bad = [(True,), (1.5,), "1", (self.low - 1,), None]
+    return bad + ([] if self.empty_ok else [()])
+
+
+def check(key: str, value, rule) -> None:
+  """Raises SettingError naming `key` unless `value` passes `rule`."""
+  if not rule.ok(value):
+    fail(key, value, rule.allowed())
