@@ -27,7 +27,9 @@ setup(
         f"lra.{name}" for name in find_packages(include=["models", "models.*", "configs",
                                                          "configs.*"])],
     package_dir={"lra.models": "models", "lra.configs": "configs"},
-    entry_points={"console_scripts": ["lra-train = lra.commands.train:run", "lra-eval = lra.commands.eval:main"]},
+    entry_points={"console_scripts": ["lra-train = lra.commands.train:run",
+                                      "lra-eval = lra.commands.eval:main",
+                                      "lra-leaderboard = lra.commands.leaderboard:main"]},
     install_requires=[
         "jax>=0.10.2",
         "jaxlib>=0.10.2",

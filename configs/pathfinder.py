@@ -18,7 +18,7 @@ from lra.configs import base
 
 def pathfinder_config(model: str, options: set, size: int) -> base.ml_collections.ConfigDict:
   c = base.base_config(model)
-  c.task = "pathfinder" if size == 32 else "pathx"
+  c.task = {32: "pathfinder", 256: "path256"}.get(size, "pathx")  # lra.data.tasks.FACTS
   d = c.data
   d.data_dir = f"data/pathfinder{size}"  # release layout + prepared splits go here
   d.size = size                    # image side in pixels (32, 64, 128 or 256)

@@ -44,6 +44,17 @@ SIZES = {
     "pathx": dict(base=_sizes(1, 32, 32, 32, 2),
                   paper=dict(num_layers=4, num_heads=8, mlp_dim=128, qkv_dim=128),
                   cpu=_sizes(1, 16, 16, 32, 1)),
+    # Beyond LRA. MQAR: Zoology's Figure 2 model, 2 layers, one attention head
+    # (iclr24_zoology_figure2/configs.py lines 55-60, 140), d_model 128 (its default,
+    # zoology/config.py line 99; the figure sweeps 64..512); mlp_dim = D is only the width of
+    # the per-token head's hidden layer (the blocks have no MLP: TASK below). `paper` is base.
+    "mqar": dict(base=_sizes(2, 128, 128, 128, 1), paper={}, cpu=_sizes(2, 64, 64, 64, 1)),
+    # Beyond LRA. Path-256: the original repository's base config for it
+    # (lra_benchmarks/image/configs/pathfinder256/base_pathfinder256_config.py); `paper` as
+    # for Pathfinder (LRA's appendix has no Path-256).
+    "path256": dict(base=_sizes(2, 32, 32, 32, 4),
+                    paper=dict(num_layers=4, num_heads=8, mlp_dim=128, qkv_dim=128),
+                    cpu=_sizes(1, 16, 16, 32, 1)),
 }
 
 # Encoder settings of a task, for every model.
@@ -52,6 +63,15 @@ TASK = {
     "pathfinder": dict(pooling="MEAN", use_cls=False),
     "pathx": dict(pooling="MEAN", use_cls=False),
     "retrieval": dict(pair_features="uvpd"),  # [u, v, u*v, u-v]; "uv" = the shipped code's
+    # Zoology's Figure 2 blocks: a mixer and no MLP (state_mixer Identity, configs.py line 145),
+    # positions for attention (line 142: learned, initialised N(0, 1) as torch's Embedding;
+    # here sinusoidal, of the same scale: the learned table here starts at N(0, 0.02)); the
+    # mixers whose ENCODER_SETTINGS say "none", the recurrences, get none, as Zoology's others.
+    # No CLS token (every position is read by the per-token head; pooling, unused, says MEAN).
+    "mqar": dict(feedforward=False, use_cls=False, pooling="MEAN"),
+    # Path-256's original base config: CLS pooling (the default; the 32 and 128 ones pool by
+    # the mean) and learned positions (classifier_pool 'CLS', learn_pos_emb True).
+    "path256": dict(positions="learned"),
 }
 
 # Encoder settings of the original repository's full configs for one (task, model), not taken
@@ -76,6 +96,14 @@ ATTENTION = {
     ("image", "local"): dict(block_size=64),
     ("pathfinder", "local"): dict(block_size=64),
     ("pathx", "local"): dict(block_size=64),
+    ("path256", "local"): dict(block_size=64),
+    # Exact attention in O(L) memory (cuDNN's fused kernel where it applies, else chunked):
+    # dense scores at 65,536 tokens are 16 GiB per head and example in float32.
+    ("path256", "transformer"): dict(implementation="auto"),
+    # MQAR: each recurrence reads in the directions it has on LRA here (configs/published:
+    # Mamba both, as S5, S4D and Mega by default; LRU one). The query part holds no values, so
+    # a backward scan sees none of the pairs a query needs (lra/data/mqar.py).
+    ("mqar", "mamba"): dict(bidirectional=True),
 }
 
 
@@ -89,7 +117,9 @@ ATTENTION = {
 # line). Each chosen token, independently, becomes the mask token (no random or kept tokens:
 # src/dataloaders/base.py, MaskedSequenceDatasetWrapper.mask).
 SPT_MASK_RATE = {"listops": 0.10, "text": 0.15, "retrieval": 0.15, "image": 0.50,
-                 "pathfinder": 0.50, "pathx": 0.50}
+                 "pathfinder": 0.50, "pathx": 0.50,
+                 # Path-256: their transformer-lra-pathx256-mlm.yaml, mlm_prob 0.5.
+                 "path256": 0.50}
 
 
 def apply(c, options: set[str]):
@@ -105,7 +135,7 @@ def apply(c, options: set[str]):
   c.model.update(TASK.get(task, {}))
   if "cpu" not in options:
     c.model.update(TASK_MODEL.get((task, model), {}))
-  c.mask_rate = SPT_MASK_RATE[task]
+  c.mask_rate = SPT_MASK_RATE.get(task, c.mask_rate)  # beyond Amos et al.'s tasks: the default
   c.model.update(registry.encoder_settings(model))
   c.model.attention.update(ATTENTION.get((task, model), {}))
   published.apply(c, options)

@@ -152,7 +152,7 @@ class BigBirdAttention(HeadsMixer):
       tokens_GxD = self.param("global_tokens", nn.initializers.normal(1.0), (g, dim))
       tokens_BxGxD = jnp.broadcast_to(tokens_GxD.astype(x_BxLxD.dtype)[None], (batch, g, dim))
       x_BxLxD = jnp.concatenate([tokens_BxGxD, x_BxLxD], axis=1)
-    q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype)(x_BxLxD)
+    q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype, self.rotary)(x_BxLxD)
     if etc:
       # The tokens' own query rows are not computed: they are re-created from the same
       # parameters in every layer and dropped, so their outputs could reach nothing.

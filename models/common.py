@@ -72,9 +72,13 @@ class Mixer(nn.Module):
 
 
 class HeadsMixer(Mixer):
-  """A mixer with per-head queries, keys and values: qkv_dim split over num_heads heads."""
+  """A mixer with per-head queries, keys and values: qkv_dim split over num_heads heads.
+  `rotary` (the encoder's positions="rotary"): QKVProjection rotates queries and keys by their
+  positions (`rotary_embedding`); a subclass whose queries and keys cannot take it says so in
+  `check_settings`."""
   num_heads: int = 1
   qkv_dim: int = 1
+  rotary: bool = False
 
   def check_settings(self) -> None:
     super().check_settings()
@@ -83,6 +87,15 @@ class HeadsMixer(Mixer):
     if self.qkv_dim % self.num_heads:
       s.fail(s.model_key("qkv_dim"), self.qkv_dim,
              f"a multiple of config.model.num_heads={self.num_heads}")
+    if self.rotary and self.head_dim % 2:
+      s.fail(s.model_key("positions"), "rotary",
+             f"an even head width (qkv_dim / num_heads = {self.head_dim}) to rotate in pairs")
+
+  def refuse_rotary(self, why: str) -> None:
+    """For a subclass whose attention cannot take rotary positions (`why` says what it has)."""
+    if self.rotary:
+      s.fail(s.model_key("positions"), "rotary",
+             f"'sinusoidal', 'learned' or 'none' for {type(self).__name__} ({why})")
 
   @property
   def head_dim(self) -> int:
@@ -97,16 +110,43 @@ def head_projection(num_heads: int, qkv_dim: int, dtype: str, name: str) -> nn.M
                          kernel_init=nn.initializers.xavier_uniform(), name=name)
 
 
+ROTARY_BASE = 10000.0  # RoFormer's theta_i = base^(-2i/K) (Su et al. 2021, eq. 15)
+
+
+def rotary_embedding(x_BxLxHxK, positions_L=None):
+  """Rotary position embedding (RoFormer, Su et al. 2021): each pair (x_i, x_{i+K/2}) of a
+  head's K channels rotated by angle position * base^(-2i/K), so that a rotated query and key
+  meet in a dot product that depends on their positions only through m - n. The pairs are the
+  two halves of the head (GPT-NeoX's layout of the same rotation); positions 0..L-1 unless
+  given (the CLS token, in front, is position 0). In float32, cast back."""
+  length, half = x_BxLxHxK.shape[1], x_BxLxHxK.shape[-1] // 2
+  positions_L = jnp.arange(length) if positions_L is None else positions_L
+  inverse_K2 = ROTARY_BASE ** (-jnp.arange(half, dtype=jnp.float32) / half)
+  angle_LxK2 = positions_L.astype(jnp.float32)[:, None] * inverse_K2[None, :]
+  cos_1xLx1xK2 = jnp.cos(angle_LxK2)[None, :, None, :]
+  sin_1xLx1xK2 = jnp.sin(angle_LxK2)[None, :, None, :]
+  x = x_BxLxHxK.astype(jnp.float32)
+  a, b = x[..., :half], x[..., half:]
+  rotated = jnp.concatenate([a * cos_1xLx1xK2 - b * sin_1xLx1xK2,
+                             a * sin_1xLx1xK2 + b * cos_1xLx1xK2], axis=-1)
+  return rotated.astype(x_BxLxHxK.dtype)
+
+
 class QKVProjection(nn.Module):
-  """Projects BxLxD inputs to per-head queries, keys and values BxLxHxK (no bias)."""
+  """Projects BxLxD inputs to per-head queries, keys and values BxLxHxK (no bias); with
+  `rotary`, queries and keys rotated by their positions (rotary_embedding)."""
   num_heads: int
   qkv_dim: int
   dtype: str = "float32"
+  rotary: bool = False
 
   @nn.compact
   def __call__(self, x_BxLxD):
     dense = lambda name: head_projection(self.num_heads, self.qkv_dim, self.dtype, name)
-    return dense("query")(x_BxLxD), dense("key")(x_BxLxD), dense("value")(x_BxLxD)
+    q, k, v = dense("query")(x_BxLxD), dense("key")(x_BxLxD), dense("value")(x_BxLxD)
+    if self.rotary:
+      q, k = rotary_embedding(q), rotary_embedding(k)
+    return q, k, v
 
 
 class OutputProjection(nn.Module):

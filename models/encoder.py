@@ -163,7 +163,8 @@ def make_mixer(mixer: str, settings, config: EncoderConfig, **fields):
   (registry.make; `fields`: layer_index, shared, name, length)."""
   return registry.make(mixer, dict(settings), num_heads=config.num_heads,
                        qkv_dim=config.qkv_dim, dropout_rate=config.attention_dropout_rate,
-                       dtype=config.dtype, num_layers=config.num_layers, **fields)
+                       dtype=config.dtype, num_layers=config.num_layers,
+                       rotary=config.positions == "rotary", **fields)
 
 
 def make_shared(mixer: str, settings, config: EncoderConfig):
@@ -229,7 +230,7 @@ class Encoder(nn.Module):
     elif c.positions == "learned":
       pos_LxD = self.param("pos_embed", nn.initializers.normal(stddev=0.02),
                            (table, c.emb_dim))[:total]
-    elif c.positions == "none":
+    elif c.positions in ("none", "rotary"):  # rotary: the mixers rotate queries and keys
       pos_LxD = jnp.zeros((total, c.emb_dim), jnp.float32)
     else:
       raise ValueError(f"unknown positions {c.positions!r}; valid: {', '.join(POSITIONS)}")
@@ -342,14 +343,17 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
   fields = {f.name for f in dataclasses.fields(EncoderConfig)}
   unknown = sorted(set(model) - fields)
   if unknown:
-    raise rules.SettingError(f"config.model has no setting(s) {', '.join(unknown)}; it takes: "
-                         f"name, attention, pair_features, {', '.join(sorted(fields))}")
+    raise rules.SettingError(f"config.model has no setting(s) {', '.join(unknown)}; it "
+                             f"takes: name, attention, pair_features, {', '.join(sorted(fields))}")
   if pair:
     rules.check(rules.model_key("pair_features"), pair_features, rules.Choice(PAIR_FEATURES))
   check_encoder(model)
   if model.get("reversible") and registry.gated_residual(mixer):
-    rules.fail(rules.model_key("reversible"), True, f"False for model {mixer!r} (its gated residual "
-           "is no additive branch f of a reversible layer)")
+    rules.fail(rules.model_key("reversible"), True, f"False for model {mixer!r} (its gated "
+               "residual is no additive branch f of a reversible layer)")
+  if model.get("positions") == "rotary" and not registry.takes_rotary(mixer):
+    rules.fail(rules.model_key("positions"), "rotary", f"'sinusoidal', 'learned' or 'none' for "
+               f"model {mixer!r} (it has no queries and keys to rotate)")
   config = EncoderConfig(**model)
   encoder = Encoder(vocab_size=vocab_size, max_len=max_len, mixer=mixer,
                     mixer_settings=settings, config=config,

@@ -46,6 +46,6 @@ class LinearTransformerAttention(HeadsMixer):
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
-                                                    self.dtype)(x_BxLxD)
+                                                    self.dtype, self.rotary)(x_BxLxD)
     y_BxLxHxK = linear_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, self.eps)
     return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxLxHxK.astype(v_BxLxHxK.dtype))

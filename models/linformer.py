@@ -63,7 +63,7 @@ class LinformerAttention(HeadsMixer):
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
-                                                    self.dtype)(x_BxLxD)
+                                                    self.dtype, self.rotary)(x_BxLxD)
     length = x_BxLxD.shape[1]
     if self.sharing == "layer":
       if self.shared is None:

@@ -29,7 +29,7 @@ class LocalAttention(HeadsMixer):
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
-                                                    self.dtype)(x_BxLxD)
+                                                    self.dtype, self.rotary)(x_BxLxD)
     batch, length = mask_BxL.shape
     # A block longer than the input is one block of the input's length: same pattern, no
     # padding work.

@@ -145,7 +145,7 @@ class LongformerAttention(HeadsMixer):
     global_G = np.asarray(positions, np.int32)
 
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
-                                                    self.dtype)(x_BxLxD)
+                                                    self.dtype, self.rotary)(x_BxLxD)
     groups = sorted(set(dilations))
     rngs = [None] * (len(groups) + 1)
     if not deterministic and self.dropout_rate > 0.0:

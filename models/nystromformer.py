@@ -163,7 +163,7 @@ class NystromAttention(HeadsMixer):
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
-                                                    self.dtype)(x_BxLxD)
+                                                    self.dtype, self.rotary)(x_BxLxD)
     rng = self.attention_rng(deterministic)
     y_BxLxHxK = nystrom_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL,
                                   num_landmarks=int(self.num_landmarks),

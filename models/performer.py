@@ -148,7 +148,7 @@ class PerformerAttention(HeadsMixer):
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
-                                                    self.dtype)(x_BxLxD)
+                                                    self.dtype, self.rotary)(x_BxLxD)
     if self.redraw and not deterministic:
       key = self.make_rng("dropout")
     else:

@@ -41,7 +41,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
-from lra.models.common import HeadsMixer, MASK_VALUE, OutputProjection, dropout_weights, head_projection
+from lra.models.common import (HeadsMixer, MASK_VALUE, OutputProjection, dropout_weights,
+                               head_projection, rotary_embedding)
 from lra.models.registry import register
 
 # Logit given to a query's own key. Far below any real logit, so self gets weight ~exp(-1e5)
@@ -227,6 +228,8 @@ class ReformerAttention(HeadsMixer):
     # As QKVProjection, but one query-key projection, not two.
     dense = lambda name: head_projection(self.num_heads, self.qkv_dim, self.dtype, name)
     qk_BxLxHxK, v_BxLxHxK = dense("query_key")(x_BxLxD), dense("value")(x_BxLxD)
+    if self.rotary:  # one rotation serves as query and as key: q_m . k_n depends on m - n
+      qk_BxLxHxK = rotary_embedding(qk_BxLxHxK)
 
     if self.redraw and not deterministic:
       key = self.make_rng("dropout")

@@ -25,7 +25,7 @@ _loaded = False  # whether every module of models/ has been imported
 
 # Fields the encoder fills in (a mixer declares the ones it needs); the user sets the others.
 ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index", "shared",
-                  "num_layers")
+                  "num_layers", "rotary")
 _NOT_SETTINGS = set(ENCODER_FIELDS) | {"parent", "name"}
 _MISSING = object()
 
@@ -88,6 +88,12 @@ def settings_when(name: str, encoder: Mapping[str, Any]) -> dict[str, Any]:
     if all(key in encoder and encoder[key] == value for key, value in condition.items()):
       found.update(settings)
   return found
+
+
+def takes_rotary(name: str) -> bool:
+  """Whether mixer `name` has queries and keys that positions="rotary" can rotate (its
+  `rotary` field, models/common.py HeadsMixer)."""
+  return "rotary" in {f.name for f in dataclasses.fields(get(name))}
 
 
 def names() -> list[str]:

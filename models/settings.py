@@ -15,7 +15,9 @@ from lra.rules import Bool, Choice, Float, Int, check, fail, model_key
 # --- the encoder's settings (config.model.*), each declared once ---
 
 POOLINGS = ("CLS", "MEAN", "SUM")
-POSITIONS = ("sinusoidal", "learned", "none")  # "none": the mixer encodes positions itself
+# "none": the mixer encodes positions itself; "rotary": no position added to the input, every
+# attention mixer rotates its queries and keys by position instead (models/common.py).
+POSITIONS = ("sinusoidal", "learned", "none", "rotary")
 NORMS = ("layer", "batch")
 INPUT_ENCODERS = ("embedding", "linear")  # a table row per token id, or Dense(1 -> D) of its value
 HEADS = ("mlp", "linear", "gelu_mlp")  # the classifier after pooling (models/encoder.py)
@@ -50,7 +52,8 @@ class EncoderConfig:
       "dropout on attention weights; configs give 0 to a mixer that has none (its "
       "ATTENTION_DROPOUT)")
   positions: str = _setting("sinusoidal", Choice(POSITIONS),
-                            '"sinusoidal", "learned" or "none" (the mixer encodes positions)')
+                            '"sinusoidal", "learned", "none" (the mixer encodes positions) or '
+                            '"rotary" (queries and keys rotated by position: RoFormer)')
   use_cls: bool = _setting(True, Bool(), "prepend a zero-initialised CLS token")
   pooling: str = _setting("CLS", Choice(POOLINGS), '"CLS", "MEAN" or "SUM" (padding excluded)')
   dtype: str = _setting("float32", Choice(DTYPES),

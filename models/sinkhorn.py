@@ -115,7 +115,7 @@ class SinkhornAttention(HeadsMixer):
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
-                                                    self.dtype)(x_BxLxD)
+                                                    self.dtype, self.rotary)(x_BxLxD)
     length = x_BxLxD.shape[1]
     # A block longer than the input is one block of the input's length (no padding work).
     block = min(int(self.block_size), length)

@@ -138,7 +138,7 @@ class SparseTransformerAttention(HeadsMixer):
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
-    q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype)(x_BxLxD)
+    q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype, self.rotary)(x_BxLxD)
     rng = self.attention_rng(deterministic)
     l = self.block_size
     q_BxPxHxK, length = pad_to_blocks(q, l)

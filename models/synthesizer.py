@@ -68,6 +68,11 @@ class SynthesizerAttention(HeadsMixer):
               "trainable_random": s.Bool(), "factor_rank": s.Int(1)}
   # Quadratic by design: H x L x L synthetic logits.
 
+  def check_settings(self) -> None:
+    super().check_settings()
+    if not self.mix_dot_product:
+      self.refuse_rotary("its logits are synthetic, with no queries and keys to rotate")
+
   def _sized_param(self, name, init, shape):
     """A parameter sized at init (the max length); later calls keep the stored shape."""
     if self.has_variable("params", name):
@@ -138,7 +143,7 @@ class SynthesizerAttention(HeadsMixer):
     synthetic_BxHxLxL = synthetic if synthetic.ndim == 4 else synthetic[None]
     if self.mix_dot_product:
       q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
-                                                      self.dtype)(x_BxLxD)
+                                                      self.dtype, self.rotary)(x_BxLxD)
       # The same scaled product as softmax_attention, so alpha = 0 is full attention.
       scale = q_BxLxHxK.shape[-1] ** -0.5
       dot_BxHxLxL = jnp.einsum("blhk,bmhk->bhlm", q_BxLxHxK * scale, k_BxLxHxK,

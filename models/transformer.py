@@ -93,7 +93,7 @@ class FullAttention(HeadsMixer):
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
-    q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype)(x_BxLxD)
+    q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype, self.rotary)(x_BxLxD)
     implementation = resolve_implementation(
         self.implementation, backend=jax.default_backend(), dtype=self.dtype,
         dropout_rate=self.dropout_rate, head_dim=self.head_dim)

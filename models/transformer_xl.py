@@ -114,6 +114,10 @@ class TransformerXLAttention(HeadsMixer):
   # would see only itself and add its vector to the mean).
   ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
 
+  def check_settings(self) -> None:
+    super().check_settings()
+    self.refuse_rotary("it encodes relative positions itself")
+
   @classmethod
   def make_shared(cls, settings, *, num_heads, qkv_dim, **_):
     """Called by the encoder in its own scope: one u, v for all layers unless untied."""

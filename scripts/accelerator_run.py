@@ -40,10 +40,12 @@ if ROOT not in sys.path:  # run as a script: the repository's packages come from
   sys.path.insert(0, ROOT)
 sys.path.insert(1, os.path.dirname(os.path.abspath(__file__)))
 
-if importlib.util.find_spec("lra") is None or importlib.util.find_spec("lra.configs") is None:
-  sys.exit("error: the checkout is not installed (lra.configs comes from setup.py's package_dir): "
-           "run `python3 -m pip install --no-index --no-deps --no-build-isolation -e .` in it "
-           "first, as docs/accelerator.md's command does")
+from lra.errors import fail  # noqa: E402  (lra/ itself is importable from the root)
+
+if importlib.util.find_spec("lra.configs") is None:
+  fail("the checkout is not installed (lra.configs comes from setup.py's package_dir): run "
+       "`python3 -m pip install --no-index --no-deps --no-build-isolation -e .` in it first, as "
+       "docs/accelerator.md's command does")
 
 import accel_report  # noqa: E402
 import accel_speed  # noqa: E402

@@ -1,5 +1,7 @@
-"""Test setup: 8 fake CPU devices for sharding tests, strict rank promotion, and one
-persistent compilation cache for the whole session (its workers and their subprocesses)."""
+"""Test setup: 8 fake CPU devices for the in-process sharding tests, strict rank promotion,
+and one persistent compilation cache for the whole session (its workers and their
+subprocesses). The commands a test starts (tests/commands.py) get one device unless the test
+asks for more."""
 import os
 import shutil
 import tempfile
@@ -23,7 +25,17 @@ os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from tests import commands  # noqa: E402
+
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+@pytest.fixture(autouse=True)
+def _running_test(request):
+  """tests/commands.py checks that a test starting a command is marked `commands`."""
+  commands._current_test = request.node
+  yield
+  commands._current_test = None
 
 
 @pytest.fixture(scope="session")

@@ -7,26 +7,28 @@ minutes on 2 cores.
 """
 import json
 import os
-import subprocess
 import sys
 import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import commands
+from tests.commands import ROOT
+
 SCRIPT = os.path.join(ROOT, "scripts", "accelerator_run.py")
+PROGRAM_COST = os.path.join(ROOT, "scripts", "program_cost.py")
 EXPECTED = ("env.json", "attention.json", "speed.md", "speed.json", "training.json",
             "summary.md", "log.txt", "tails.txt")
 
 
 def _run(*args, timeout=170):
-  env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)  # no fake devices: the script runs one CPU device, as a user would
-  return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True,
-                        timeout=timeout, cwd=ROOT, env=env)
+  """The script by tests/commands.py: one CPU device, as a user would have; the test checks
+  the exit code."""
+  return commands.run(SCRIPT, *args, timeout=timeout, expect=None)
 
 
 @pytest.mark.slow  # about 1.5 minutes; CI runs it as its own step (.ci/run)
+@pytest.mark.commands
 def test_dry_run_writes_every_file(tmp_path):
   out = tmp_path / "out"
   start = time.time()
@@ -94,6 +96,7 @@ def test_dry_run_writes_every_file(tmp_path):
   assert "**77 tokens**" in summary and "ended by its time limit" in summary
 
 
+@pytest.mark.commands
 def test_no_device_of_the_platform_stops_at_once(tmp_path):
   """Asked for a platform this machine lacks (here: cuda on a CPU), the run stops in its
   first seconds with one line, and the reason comes back in the files."""
@@ -110,14 +113,13 @@ def test_no_device_of_the_platform_stops_at_once(tmp_path):
   assert not (tmp_path / "w" / "train").exists()  # nothing ran
 
 
+@pytest.mark.commands
 def test_program_cost_counts_the_trainer_steps():
   """scripts/program_cost.py (the time plan's FLOP and traffic counts): compile only; the
   train step (forward, backward, update) costs more than twice the evaluation step."""
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-  proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "program_cost.py"),
-                         "--config=listops:transformer,cpu", "--config.data.max_len=64"],
-                        capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
-  assert proc.returncode == 0, proc.stderr[-2000:]
+  proc = commands.run(PROGRAM_COST,
+                      "--config=listops:transformer,cpu", "--config.data.max_len=64",
+                      timeout=120)
   row = json.loads(proc.stdout.strip().splitlines()[-1])
   assert row["max_len"] == 64 and row["batch"] > 0
   assert row["train"]["flops"] > 2 * row["eval"]["flops"] > 0
@@ -142,6 +144,7 @@ def test_real_plan_orders_speed_cells_by_length_and_offers_the_fast_path(tmp_pat
   assert "without attention dropout" in fast.deviation and fast.limit
 
 
+@pytest.mark.commands
 def test_bad_out_is_one_line(tmp_path):
   a_file = tmp_path / "a_file"
   a_file.write_text("x")
@@ -156,11 +159,12 @@ def test_bad_out_is_one_line(tmp_path):
   assert "holds other files (mine.txt)" in proc.stderr
 
 
+@pytest.mark.commands
 def test_program_cost_refuses_a_bad_key_in_one_line():
-  proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "program_cost.py"),
-                         "--config=listops:transformer,cpu", "--config.data.max_lenx=64"],
-                        capture_output=True, text=True, timeout=120, cwd=ROOT)
-  assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+  proc = commands.run(PROGRAM_COST,
+                      "--config=listops:transformer,cpu", "--config.data.max_lenx=64",
+                      timeout=120, expect=1)
+  assert proc.stderr.strip().splitlines() == [
       "error: --config.data.max_lenx: config.data has no field 'max_lenx'; valid: " +
       ", ".join(sorted(("data_dir", "generate_if_missing", "max_args", "max_depth", "max_len",
                         "max_length", "min_length", "num_test", "num_train", "num_val", "seed",

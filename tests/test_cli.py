@@ -3,12 +3,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import commands
+from tests.commands import NONZERO, ROOT, error_line
+
 TINY = ["--config.data.max_len=40", "--config.model.num_layers=1", "--config.model.emb_dim=16",
         "--config.model.qkv_dim=16", "--config.model.mlp_dim=32", "--config.batch_size=16",
         "--config.eval_batch_size=16", "--config.num_train_steps=4", "--config.eval_every=2",
@@ -17,52 +17,59 @@ TINY = ["--config.data.max_len=40", "--config.model.num_layers=1", "--config.mod
         "--config.progress=False"]  # last: a test replaces it
 
 
-def _run(*args, cwd=ROOT, path=()):
-  pythonpath = os.pathsep.join([ROOT, *map(str, path)])
-  env = {**os.environ, "PYTHONPATH": pythonpath, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
-  return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                        text=True, timeout=300)
+def test_a_command_gets_one_cpu_device_unless_the_test_asks_for_more():
+  """tests/commands.py's environment: the pytest processes' 8 fake devices are not passed on."""
+  assert "--xla_force_host_platform_device_count=8" in os.environ["XLA_FLAGS"]
+  assert "device_count" not in commands.environment()["XLA_FLAGS"]
+  flags = commands.environment(devices=8, xla_flags=commands.FAST_COMPILE)["XLA_FLAGS"].split()
+  assert flags.count("--xla_force_host_platform_device_count=8") == 1
+  assert set(commands.FAST_COMPILE.split()) <= set(flags)
 
 
-def _error_line(proc):
-  lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
-  assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-2000:]
-  assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-  return lines[0]
+def _refused(*args, **kwargs) -> str:
+  """The one error line of a command that must fail (tests/commands.py's run())."""
+  return error_line(commands.run(*args, expect=NONZERO, **kwargs))
 
 
-def test_train_runs_prints_accuracy_and_resumes(listops_dir, tmp_path):
-  # Run from another directory with a relative --workdir, as a user would.
+@pytest.mark.commands
+def test_train_runs_prints_accuracy_resumes_and_refuses_another_model_size(listops_dir,
+                                                                           tmp_path):
+  # Run from another directory with a relative --workdir, as a user would. (One finished run
+  # for both the resume and the refusal: the suite is long.)
   args = [os.path.join(ROOT, "train.py"),
           f"--config={os.path.join(ROOT, 'configs', 'listops.py')}:transformer,cpu",
           "--workdir=run", f"--config.data.data_dir={listops_dir}", *TINY]
-  first = _run(*args, cwd=tmp_path)
-  assert first.returncode == 0, first.stderr[-3000:]
+  first = commands.run(*args, cwd=tmp_path)
   assert "test accuracy" in first.stdout
   with open(tmp_path / "run" / "results.json") as f:
     results = json.load(f)
   assert results["test_count"] == 70 and results["num_train_steps"] == 4
+  assert results["hardware"]["device_count"] == 1  # a command gets 1 device unless it asks
   assert results["mixer_module"] is None  # a mixer of models/: the git commit names its code
-  second = _run(*args[:-len(TINY)], *TINY[:-1], "--config.num_train_steps=6",
-                "--config.progress=False", cwd=tmp_path)
-  assert second.returncode == 0, second.stderr[-3000:]
+  second = commands.run(*args[:-len(TINY)], *TINY[:-1], "--config.num_train_steps=6",
+                        "--config.progress=False", cwd=tmp_path)
   assert "Resuming from the checkpoint at step 4" in second.stdout
 
+  # Resuming with another model size is refused, and nothing saved is lost.
+  before = sorted(os.listdir(tmp_path / "run" / "checkpoints"))
+  line = _refused(*args, "--config.model.emb_dim=32", "--config.num_train_steps=8",
+                  cwd=tmp_path)
+  assert "does not fit this config" in line and "config.json" in line
+  assert "model.emb_dim 16 -> 32" in line and "--allow_config_change" in line
+  assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == before
 
+
+@pytest.mark.commands
 def test_log_file_has_one_line_per_log_interval_and_profile_trace(listops_dir, tmp_path):
   # Output to a file, as under nohup or SLURM: no bar, no \r, one record per log_every.
   # The same run traces steps 2 and 3 with jax.profiler (one run: the suite is long).
   log = tmp_path / "log.txt"
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
-  with open(log, "w") as f:
-    proc = subprocess.run(
-        [sys.executable, "train.py", "--config=configs/listops.py:transformer,cpu",
-         f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}", *TINY[:-1],
-         "--config.progress=True", "--config.num_train_steps=6", "--config.log_every=1",
-         "--config.eval_every=3", "--config.checkpoint_every=3", "--config.profile_steps=1,3"],
-        cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, timeout=300)
+  commands.run("train.py", "--config=configs/listops.py:transformer,cpu",
+               f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}",
+               *TINY[:-1], "--config.progress=True", "--config.num_train_steps=6",
+               "--config.log_every=1", "--config.eval_every=3", "--config.checkpoint_every=3",
+               "--config.profile_steps=1,3", output=log)
   text = log.read_text()
-  assert proc.returncode == 0, text[-3000:]
   assert "\r" not in text and "Traceback" not in text
   records = [l for l in text.splitlines() if l.startswith("step ")]
   assert [int(re.match(r"step (\d+)/6: train loss \d", l).group(1)) for l in records] == [
@@ -83,80 +90,70 @@ def test_log_file_has_one_line_per_log_interval_and_profile_trace(listops_dir, t
 
 
 @pytest.mark.slow  # heavy; `pytest -m slow`
+@pytest.mark.commands
 def test_second_run_loads_its_programs_from_the_compilation_cache(listops_dir, tmp_path):
   # (Its second run also checks that an explicit --verbosity is respected.)
   cache = tmp_path / "cache"
   args = ["train.py", "--config=configs/listops.py:transformer,cpu",
           f"--config.data.data_dir={listops_dir}", *TINY, f"--config.compilation_cache_dir={cache}",
           "--config.num_train_steps=2"]
-  first = _run(*args, f"--workdir={tmp_path / 'first'}")
-  assert first.returncode == 0, first.stderr[-3000:]
+  commands.run(*args, f"--workdir={tmp_path / 'first'}")
   entries = sorted(os.listdir(cache))
   assert any(e.startswith("jit_train_step") for e in entries), entries
-  second = _run(*args, f"--workdir={tmp_path / 'second'}", "--verbosity=0")
-  assert second.returncode == 0, second.stderr[-3000:]
+  second = commands.run(*args, f"--workdir={tmp_path / 'second'}", "--verbosity=0")
   assert "Saving checkpoint" in second.stderr  # -v is the user's: Orbax's INFO lines, asked for
   # Every program of the repeated run was found: nothing new compiled, nothing new written.
   assert sorted(os.listdir(cache)) == entries
 
 
+@pytest.mark.commands
 def test_bad_override_key(tmp_path):
-  line = _error_line(_run("train.py", "--config=configs/listops.py:transformer",
-                          f"--workdir={tmp_path}", "--config.model.no_such_key=3"))
+  line = _refused("train.py", "--config=configs/listops.py:transformer",
+                  f"--workdir={tmp_path}", "--config.model.no_such_key=3")
   assert "no_such_key" in line and "must already exist" in line
 
 
+@pytest.mark.commands
 def test_unknown_model_lists_valid_ones(listops_dir, tmp_path):
-  line = _error_line(_run("train.py", "--config=configs/listops.py:no_such_model",
-                          f"--workdir={tmp_path}", f"--config.data.data_dir={listops_dir}",
-                          *TINY))
+  line = _refused("train.py", "--config=configs/listops.py:no_such_model",
+                  f"--workdir={tmp_path}", f"--config.data.data_dir={listops_dir}", *TINY)
   assert "no_such_model" in line and "transformer" in line
 
 
+@pytest.mark.commands
 def test_unknown_config_option(tmp_path):
-  line = _error_line(_run("train.py", "--config=configs/listops.py:transformer,gpu",
-                          f"--workdir={tmp_path}"))
+  line = _refused("train.py", "--config=configs/listops.py:transformer,gpu",
+                  f"--workdir={tmp_path}")
   assert "MODEL[,cpu][,paper]" in line
 
 
+@pytest.mark.commands
 def test_missing_data_names_the_command(tmp_path):
-  line = _error_line(_run("train.py", "--config=configs/listops.py:transformer",
-                          f"--workdir={tmp_path / 'run'}",
-                          f"--config.data.data_dir={tmp_path / 'nothing'}",
-                          "--config.data.generate_if_missing=False"))
+  line = _refused("train.py", "--config=configs/listops.py:transformer",
+                  f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={tmp_path / 'nothing'}",
+                  "--config.data.generate_if_missing=False")
   assert "python -m lra.data listops --data_dir=" in line
 
 
+@pytest.mark.commands
 def test_malformed_file_is_reported_and_kept(listops_dir, tmp_path):
   data = tmp_path / "data"
   shutil.copytree(listops_dir, data)
   with open(data / "basic_val.tsv", "a") as f:
     f.write("( [MAX 1 2 ] )\t3\textra\n")
-  line = _error_line(_run("train.py", "--config=configs/listops.py:transformer,cpu",
-                          f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={data}",
-                          *TINY))
+  line = _refused("train.py", "--config=configs/listops.py:transformer,cpu",
+                  f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={data}", *TINY)
   assert "basic_val.tsv" in line and "line 62" in line
   assert (data / "basic_val.tsv").read_text().endswith("extra\n")  # nothing deleted
 
 
+@pytest.mark.commands
 def test_data_command_generates_listops(tmp_path):
-  proc = _run("-m", "lra.data", "listops", f"--data_dir={tmp_path}", "--num_train=50",
-              "--num_val=5", "--num_test=5", "--min_length=5", "--max_length=30",
-              "--max_depth=3", "--workers=1")
-  assert proc.returncode == 0, proc.stderr[-2000:]
+  proc = commands.run("-m", "lra.data", "listops", f"--data_dir={tmp_path}", "--num_train=50",
+                      "--num_val=5", "--num_test=5", "--min_length=5", "--max_length=30",
+                      "--max_depth=3", "--workers=1")
   assert "wrote train" in proc.stdout
   assert len((tmp_path / "basic_train.tsv").read_text().splitlines()) == 51
-
-
-def test_resuming_with_another_model_size_is_refused(listops_dir, tmp_path):
-  args = ["train.py", "--config=configs/listops.py:transformer,cpu", f"--workdir={tmp_path}",
-          f"--config.data.data_dir={listops_dir}", *TINY]
-  assert _run(*args).returncode == 0
-  before = sorted(os.listdir(tmp_path / "checkpoints"))
-  line = _error_line(_run(*args, "--config.model.emb_dim=32", "--config.num_train_steps=8"))
-  assert "does not fit this config" in line and "config.json" in line
-  assert "model.emb_dim 16 -> 32" in line and "--allow_config_change" in line
-  assert sorted(os.listdir(tmp_path / "checkpoints")) == before  # nothing saved is lost
 
 
 # A mixer with a shape bug: [B, L, D] @ [B, L, D] contracts D with L.
@@ -181,23 +178,24 @@ TRAIN_WITH_BROKEN_MIXER = ("import runpy, sys, broken_mixer; sys.argv[0] = 'trai
                            "runpy.run_path('train.py', run_name='__main__')")
 
 
+@pytest.mark.commands
 def test_a_bug_in_a_mixer_keeps_its_traceback(listops_dir, tmp_path):
   (tmp_path / "broken_mixer.py").write_text(BROKEN_MIXER)
-  proc = _run("-c", TRAIN_WITH_BROKEN_MIXER, "--config=configs/listops.py:test_broken,cpu",
-              f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}", *TINY,
-              path=[tmp_path])
-  assert proc.returncode != 0
+  proc = commands.run("-c", TRAIN_WITH_BROKEN_MIXER,
+                      "--config=configs/listops.py:test_broken,cpu",
+                      f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}",
+                      *TINY, path=[tmp_path], expect=NONZERO)
   assert not any(l.startswith("error:") for l in proc.stderr.splitlines()), proc.stderr[-2000:]
   line = BROKEN_MIXER.splitlines().index("    return x_BxLxD @ x_BxLxD") + 1
   assert "Traceback" in proc.stderr and "TypeError" in proc.stderr, proc.stderr[-2000:]
   assert f'broken_mixer.py", line {line}' in proc.stderr, proc.stderr[-2000:]
 
 
+@pytest.mark.commands
 def test_a_config_error_with_a_registered_mixer_is_one_line(listops_dir, tmp_path):
   # The same code path as above, with a setting the mixer does not have.
   (tmp_path / "broken_mixer.py").write_text(BROKEN_MIXER)
-  line = _error_line(_run("-c", TRAIN_WITH_BROKEN_MIXER,
-                          "--config=configs/listops.py:test_broken,cpu",
-                          f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}",
-                          "--config.model.attention.no_such_setting=1", *TINY, path=[tmp_path]))
+  line = _refused("-c", TRAIN_WITH_BROKEN_MIXER, "--config=configs/listops.py:test_broken,cpu",
+                  f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}",
+                  "--config.model.attention.no_such_setting=1", *TINY, path=[tmp_path])
   assert "no_such_setting" in line

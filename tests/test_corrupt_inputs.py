@@ -4,19 +4,14 @@ one UserError line naming the file (and line or member) and what to do; nothing 
 """
 import io
 import os
-import subprocess
-import sys
 import tarfile
 
 import numpy as np
 import pytest
 
-import lra
 from lra.data import command, image, listops, retrieval, store, tasks, text
 from lra.errors import UserError
-
-# The checkout whose lra this test imports: the subprocess runs the same code.
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(lra.__file__)))
+from tests import commands
 REVIEWS = 20  # per split in the tiny IMDb archive
 
 
@@ -287,15 +282,12 @@ def test_text_labels_of_zero_bytes_is_one_line(tmp_path, tiny_release_counts):
 # --------------------------------------------------------- numbers given to the data command
 
 
+@pytest.mark.commands
 def test_listops_negative_num_train_exits_1_with_one_line_and_writes_nothing(tmp_path):
   out = tmp_path / "listops"
-  result = subprocess.run(
-      [sys.executable, "-m", "lra.data", "listops", f"--data_dir={out}", "--num_train=-5",
-       "--num_val=10", "--num_test=10", "--min_length=5", "--max_length=40", "--max_depth=3",
-       "--max_args=4", "--workers=1"],
-      cwd=ROOT, capture_output=True, text=True, timeout=120,
-      env={**os.environ, "PYTHONPATH": ROOT})
-  assert result.returncode == 1
+  result = commands.run("-m", "lra.data", "listops", f"--data_dir={out}", "--num_train=-5",
+                        "--num_val=10", "--num_test=10", "--min_length=5", "--max_length=40",
+                        "--max_depth=3", "--max_args=4", "--workers=1", timeout=120, expect=1)
   assert result.stderr.strip().splitlines() == [
       "error: --num_train=-5 is out of range: python -m lra.data listops needs --num_train >= 1"]
   assert not out.exists()

@@ -1,29 +1,25 @@
 """eval.py end to end: the speed run (two models, two tiny lengths, failures reported) and the
 accuracy table with its bubble chart."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from PIL import Image
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import commands
 
 
-def _eval(*args):
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
-  return subprocess.run([sys.executable, "eval.py", *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=600)
+def _eval(*args, expect=None, **kwargs):
+  """eval.py ARGS (tests/commands.py); expect=None: the test checks the exit code itself."""
+  return commands.run("eval.py", *args, expect=expect, **kwargs)
 
 
+@pytest.mark.commands
 def test_speed_then_accuracy_tables_and_charts(tmp_path):
   out = tmp_path / "out"
   proc = _eval("speed", "--models=transformer,test_identity,test_oom",
                "--lengths=16,32", "--batch=2", "--emb_dim=16", "--qkv_dim=16",
                "--mlp_dim=32", "--num_heads=2", "--num_layers=1", "--repeats=2",
-               "--import=tests.extra_mixers", f"--out={out}")
-  assert proc.returncode == 0, proc.stderr[-3000:]
+               "--import=tests.extra_mixers", f"--out={out}", expect=0)
   speed = json.loads((out / "speed.json").read_text())
   status = {(r["model"], r["length"]): r["status"] for r in speed["rows"]}
   assert len(status) == 6
@@ -53,8 +49,7 @@ def test_speed_then_accuracy_tables_and_charts(tmp_path):
                                          "jax_version": "0.10.2"},
       "config": {"task": "listops", "model": {"name": "transformer"}}}))
   proc = _eval("accuracy", str(tmp_path / "runs"), f"--speed={out / 'speed.json'}",
-               "--average=listops", f"--out={out}")
-  assert proc.returncode == 0, proc.stderr[-3000:]
+               "--average=listops", f"--out={out}", expect=0)
   # A 100-step run with no recorded config is shown, marked, never beside the paper's 36.4.
   assert "| 40.0* |" in proc.stdout and "36.4, +3.6" not in proc.stdout
   assert json.loads((out / "accuracy.json").read_text())["rows"]
@@ -62,6 +57,7 @@ def test_speed_then_accuracy_tables_and_charts(tmp_path):
 
 
 @pytest.mark.slow  # heavy; `pytest -m slow`
+@pytest.mark.commands
 def test_speed_set_overrides_model_fields(tmp_path):
   out = tmp_path / "out"
   proc = _eval("speed", "--models=local", "--lengths=16", "--batch=2",

@@ -8,8 +8,6 @@ import re
 import resource
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 
 import jax
@@ -20,7 +18,9 @@ from lra import errors, paths
 from lra.errors import UserError
 from lra.training import trainer
 from lra.rules import SettingError
-from tests.test_cli import ROOT, TINY, _error_line, _run
+from tests import commands
+from tests.commands import NONZERO, error_line
+from tests.test_cli import TINY
 from tests.tiny import tiny_config
 
 
@@ -64,16 +64,18 @@ def test_a_mixer_setting_the_model_does_not_take_lists_the_valid_ones(tmp_path):
                           "config.model.attention; it takes: block_size, overlap")
 
 
+@pytest.mark.commands
 def test_command_line_config_twice_and_unknown_mixer_setting_are_one_line(tmp_path):
   # (No data to find: on code that took the last --config, no run starts.)
-  twice = _error_line(_run("train.py", "--config=configs/listops.py:transformer",
-                           "--config=configs/listops.py:local", f"--workdir={tmp_path}",
-                           f"--config.data.data_dir={tmp_path / 'none'}",
-                           "--config.data.generate_if_missing=False"))
+  twice = error_line(commands.run("train.py", "--config=configs/listops.py:transformer",
+                                  "--config=configs/listops.py:local", f"--workdir={tmp_path}",
+                                  f"--config.data.data_dir={tmp_path / 'none'}",
+                                  "--config.data.generate_if_missing=False", expect=NONZERO))
   assert twice == ("error: --config is given 2 times; give it once (change single settings "
                    "with --config.KEY=VALUE)")
-  setting = _error_line(_run("train.py", "--config=configs/listops.py:local,cpu",
-                             f"--workdir={tmp_path}", "--config.model.attention.window=3"))
+  setting = error_line(commands.run("train.py", "--config=configs/listops.py:local,cpu",
+                                    f"--workdir={tmp_path}", "--config.model.attention.window=3",
+                                    expect=NONZERO))
   assert setting == ("error: model 'local' does not take setting(s) window in "
                      "config.model.attention; it takes: block_size, overlap")
 
@@ -159,24 +161,22 @@ def test_a_file_size_limit_below_an_array_is_refused(listops_dir, tmp_path, monk
     trainer.train_and_evaluate(tiny_config(listops_dir), str(tmp_path / "run"))
 
 
-def _train_limited(listops_dir, workdir, file_size_limit=None):
+def _train_limited(listops_dir, workdir, file_size_limit=None, expect=0):
   def limit():
     resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit,) * 2)
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
   # No compilation cache under a file size limit: its entries would fail to be written (with a
   # warning each) or not, as other tests filled the session's cache first.
-  env.pop("JAX_COMPILATION_CACHE_DIR", None)
-  return subprocess.run(
-      [sys.executable, "train.py", "--config=configs/listops.py:transformer,cpu",
-       f"--workdir={workdir}", f"--config.data.data_dir={listops_dir}", *TINY], cwd=ROOT,
-      env=env, capture_output=True, text=True, timeout=300,
-      preexec_fn=limit if file_size_limit else None)
+  return commands.run(
+      "train.py", "--config=configs/listops.py:transformer,cpu", f"--workdir={workdir}",
+      f"--config.data.data_dir={listops_dir}", *TINY, expect=expect,
+      env={"JAX_COMPILATION_CACHE_DIR": None}, preexec_fn=limit if file_size_limit else None)
 
 
+@pytest.mark.commands
 def test_a_write_failing_inside_orbax_is_one_line(listops_dir, tmp_path):
   # ulimit -f: Python ignores SIGXFSZ, so a write past the limit is EFBIG, raised in Orbax's
   # threads (today over 800 lines on stderr). 20 KB passes every check before the first save.
-  proc = _train_limited(listops_dir, tmp_path / "run", 20_000)
+  proc = _train_limited(listops_dir, tmp_path / "run", 20_000, expect=1)
   assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr[-3000:]
   # The file is named where the error names it (Orbax's threads race to report first).
   assert re.fullmatch(f"error: ({re.escape(str(tmp_path / 'run'))}/.*: )?File too large; raise "
@@ -185,11 +185,11 @@ def test_a_write_failing_inside_orbax_is_one_line(listops_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.commands
 def test_after_a_write_failed_inside_orbax_the_same_command_finishes_the_run(listops_dir,
                                                                              tmp_path):
-  assert _train_limited(listops_dir, tmp_path, 20_000).returncode == 1
-  again = _train_limited(listops_dir, tmp_path)
-  assert again.returncode == 0, again.stderr[-3000:]
+  _train_limited(listops_dir, tmp_path, 20_000, expect=1)
+  _train_limited(listops_dir, tmp_path)
   assert (tmp_path / "results.json").exists()
 
 
@@ -228,29 +228,26 @@ def test_out_of_memory_names_the_sizes_and_what_it_needs(listops_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.commands
 def test_an_absurd_max_len_runs_out_of_memory_in_one_line(listops_dir, tmp_path):
   # An address-space limit makes the failure the same on every machine (and spares the rest).
   def limit():
     resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
-  proc = subprocess.run([sys.executable, "train.py", "--config=configs/listops.py:transformer,cpu",
-                         f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}",
-                         *TINY, "--config.data.max_len=20000"], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=300, preexec_fn=limit)
-  line = _error_line(proc)
+  proc = commands.run("train.py", "--config=configs/listops.py:transformer,cpu",
+                      f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}",
+                      *TINY, "--config.data.max_len=20000", expect=NONZERO, preexec_fn=limit)
+  line = error_line(proc)
   assert proc.stderr.count("\n") == 1, proc.stderr[-3000:]
   assert line.startswith("error: out of host memory (")  # XLA's or numpy's allocation
   assert "config.data.max_len=20000, config.batch_size=16" in line
 
 
+@pytest.mark.commands
 def test_ctrl_c_finishes_the_step_saves_and_says_so_in_one_line(listops_dir, tmp_path):
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
-  proc = subprocess.Popen(
-      [sys.executable, "train.py", "--config=configs/listops.py:transformer,cpu",
-       f"--workdir={tmp_path}", f"--config.data.data_dir={listops_dir}", *TINY,
-       "--config.num_train_steps=300", "--config.log_every=3", "--config.eval_every=100",
-       "--config.checkpoint_every=1000"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True)
+  proc = commands.start(
+      "train.py", "--config=configs/listops.py:transformer,cpu", f"--workdir={tmp_path}",
+      f"--config.data.data_dir={listops_dir}", *TINY, "--config.num_train_steps=300",
+      "--config.log_every=3", "--config.eval_every=100", "--config.checkpoint_every=1000")
   first = proc.stdout.readline()
   # checkpoint_every above num_train_steps (so only Ctrl-C saves) is warned about first.
   assert first.startswith("warning: config.num_train_steps=300 is at or below "
@@ -258,16 +255,19 @@ def test_ctrl_c_finishes_the_step_saves_and_says_so_in_one_line(listops_dir, tmp
   first = proc.stdout.readline()
   assert first.startswith("step 3/"), first + proc.stderr.read()[-3000:]
   proc.send_signal(signal.SIGINT)
-  _, err = proc.communicate(timeout=300)
-  assert proc.returncode == 130 and err.count("\n") == 1, err[-3000:]
+  _, err = commands.finish(proc, expect=130)
+  assert err.count("\n") == 1, err[-3000:]
   assert err.startswith("error: stopped by SIGINT after step ")
   assert "to resume, run the same command again" in err
   assert os.listdir(tmp_path / "checkpoints")  # the step it stopped at
 
 
+@pytest.mark.commands
 def test_the_data_command_reports_an_unusable_folder_in_one_line(tmp_path):
   (tmp_path / "file").write_text("")
-  line = _error_line(_run("-m", "lra.data", "listops", f"--data_dir={tmp_path / 'file' / 'x'}",
-                          "--num_train=50", "--num_val=5", "--num_test=5", "--min_length=5",
-                          "--max_length=30", "--max_depth=3", "--workers=1"))
+  line = error_line(commands.run("-m", "lra.data", "listops",
+                                 f"--data_dir={tmp_path / 'file' / 'x'}", "--num_train=50",
+                                 "--num_val=5", "--num_test=5", "--min_length=5",
+                                 "--max_length=30", "--max_depth=3", "--workers=1",
+                                 expect=NONZERO))
   assert "Not a directory; a folder was expected" in line

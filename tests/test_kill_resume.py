@@ -3,38 +3,34 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.test_cli import ROOT, TINY
+from tests import commands
+from tests.test_cli import TINY
 
 
 @pytest.mark.slow
+@pytest.mark.commands
 def test_sigkilled_run_resumes_to_the_same_result(listops_dir, tmp_path):
   settings = [*TINY, "--config.num_train_steps=150", "--config.checkpoint_every=10",
               "--config.eval_every=50"]
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
 
   def command(workdir):
-    return [sys.executable, "train.py", "--config=configs/listops.py:transformer,cpu",
+    return ["train.py", "--config=configs/listops.py:transformer,cpu",
             f"--workdir={workdir}", f"--config.data.data_dir={listops_dir}", *settings]
 
   straight, killed = tmp_path / "straight", tmp_path / "killed"
-  subprocess.run(command(straight), cwd=ROOT, env=env, check=True, capture_output=True,
-                 timeout=600)
-  proc = subprocess.Popen(command(killed), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL)
+  commands.run(*command(straight))
+  proc = commands.start(*command(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 300
   while not (killed / "checkpoints" / "20").exists() and time.time() < deadline:
     time.sleep(0.05)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert not (killed / "results.json").exists(), "the run ended before it could be killed"
-  resumed = subprocess.run(command(killed), cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=600)
-  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  resumed = commands.run(*command(killed))
   assert "Resuming from the checkpoint" in resumed.stdout
   a = json.loads((straight / "results.json").read_text())
   b = json.loads((killed / "results.json").read_text())

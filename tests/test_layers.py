@@ -186,3 +186,25 @@ def test_nothing_imports_a_top_level_models_or_configs():
            for t in _imported(node, "", False, prefixes=True)
            if t.split(".")[0] in ("models", "configs", "train")]
   assert not found, "; ".join(found)
+
+
+def test_every_command_reports_errors_through_one_function():
+  """An `error:` line is printed in one place, lra.errors.fail (run_command and train.py use it):
+  no other module of the project, command or script writes one itself."""
+  files = [p for folder in ("lra", "models", "configs", "scripts")
+           for p in sorted((ROOT / folder).rglob("*.py"))] + [ROOT / "train.py", ROOT / "eval.py"]
+  found = []
+  for path in files:
+    if path == ROOT / "lra" / "errors.py":
+      continue
+    for node in ast.walk(ast.parse(path.read_text())):
+      if not (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(
+          node.func, "attr", "")) in ("print", "exit", "write") and node.args):
+        continue
+      first = node.args[0]
+      text = first.value if isinstance(first, ast.Constant) else (
+          first.values[0].value if isinstance(first, ast.JoinedStr) and first.values
+          and isinstance(first.values[0], ast.Constant) else None)
+      if isinstance(text, str) and text.startswith("error:"):
+        found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+  assert not found, "an error line written outside lra.errors.fail: " + "; ".join(found)

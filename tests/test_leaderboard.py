@@ -7,15 +7,15 @@ import shlex
 import signal
 import stat
 import subprocess
-import sys
 import time
 
 import pytest
 
 from lra.commands import leaderboard
 from lra.models import registry
+from tests import commands
+from tests.commands import ROOT
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = ["--models=transformer,linear_transformer", "--tasks=listops,pathfinder", "--preset=cpu"]
 RUNS = ["listops/transformer-cpu", "listops/linear_transformer-cpu",
         "pathfinder/transformer-cpu", "pathfinder/linear_transformer-cpu"]
@@ -44,16 +44,15 @@ def _tiny(data: str, cache: str, tasks=("listops", "pathfinder")) -> list[str]:
 
 
 # One CPU device, and XLA's cheapest compile (these runs are all compiling and no training).
-XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+XLA_FLAGS = commands.FAST_COMPILE
 
 
 def _leaderboard(*args, **kwargs):
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": XLA_FLAGS, "JAX_PLATFORMS": "cpu"}
-  command = [sys.executable, "-m", "lra.commands.leaderboard", *args]
+  """The grid, by tests/commands.py (started, with popen=True); the test checks its exit."""
+  args = ["-m", "lra.commands.leaderboard", *args]
   if kwargs.pop("popen", False):
-    return subprocess.Popen(command, cwd=ROOT, env=env, **kwargs)
-  return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                        timeout=900, **kwargs)
+    return commands.start(*args, xla_flags=XLA_FLAGS, **kwargs)
+  return commands.run(*args, xla_flags=XLA_FLAGS, expect=None, timeout=900, **kwargs)
 
 
 def _progress(stdout: str) -> list[str]:
@@ -74,6 +73,7 @@ def _four_cells(root) -> None:
                         for t in ("listops", "pathfinder")}, cells
 
 
+@pytest.mark.commands
 def test_grid_runs_end_to_end_then_skips_finished_runs(tmp_path, cache):
   root = tmp_path / "grid"
   args = [*GRID, f"--root={root}", *_tiny(str(tmp_path / "data"), cache)]
@@ -132,6 +132,7 @@ def _kill_and_resume(args: list[str], done, killed):
 
 
 @pytest.mark.slow  # five training runs
+@pytest.mark.commands
 def test_killed_grid_skips_finished_runs_and_resumes_the_killed_one(tmp_path, cache):
   root = tmp_path / "grid"
   # The 2nd run saves every step, so it is killed between two of its checkpoints.
@@ -148,6 +149,7 @@ def test_killed_grid_skips_finished_runs_and_resumes_the_killed_one(tmp_path, ca
   _four_cells(root)
 
 
+@pytest.mark.commands
 def test_seeds_each_run_resumes_and_the_table_pools_them(tmp_path, cache):
   root = tmp_path / "grid"
   # Seed 1 saves every step, so it is killed between two of its checkpoints.
@@ -167,7 +169,9 @@ def test_seeds_each_run_resumes_and_the_table_pools_them(tmp_path, cache):
       "listops"]
   assert cell["n"] == 2 and cell["ours"] == pytest.approx(sum(tests) / 2)
   assert cell["std"] == pytest.approx(abs(tests[0] - tests[1]) / 2 ** 0.5)
-  assert f"± {cell['std']:.1f} (n=2)" in (root / "table" / "accuracy.md").read_text()
+  assert cell["chance_judged"] == 2  # a trained run records the test count and majority rate
+  assert (f"± {cell['std']:.1f} (n=2, {cell['at_chance']}/2 at chance)"
+          in (root / "table" / "accuracy.md").read_text())
 
 
 def test_seeds_give_each_cell_one_workdir_and_command_per_seed(tmp_path, monkeypatch, capsys):
@@ -214,6 +218,7 @@ def test_a_seed_0_run_made_without_seeds_is_finished_for_a_grid_with_seeds(tmp_p
 
 
 @pytest.mark.slow  # two training processes
+@pytest.mark.commands
 def test_a_failed_run_is_reported_and_the_grid_goes_on(tmp_path, cache):
   root = tmp_path / "grid"
   proc = _leaderboard("--models=transformer", "--tasks=image,listops", "--preset=cpu",
@@ -322,6 +327,7 @@ def test_a_root_that_is_a_file_is_refused(tmp_path, capsys):
   assert "is a file" in capsys.readouterr().err
 
 
+@pytest.mark.commands
 def test_bad_input_from_the_command_line(tmp_path):
   proc = _leaderboard("--models=transformer,performr", "--tasks=listops", "--preset=cpu",
                       f"--root={tmp_path / 'grid'}")
@@ -337,6 +343,7 @@ def _spt_runs(root) -> list:
   return [root / "listops" / "transformer-cpu_pretrain", root / "listops" / "transformer-cpu_spt"]
 
 
+@pytest.mark.commands
 def test_spt_grid_pretrains_then_fine_tunes_and_the_table_has_the_spt_row(tmp_path, cache):
   root = tmp_path / "grid"
   args = [*SPT, f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",))]
@@ -362,6 +369,7 @@ def test_spt_grid_pretrains_then_fine_tunes_and_the_table_has_the_spt_row(tmp_pa
 
 
 @pytest.mark.slow  # three training runs
+@pytest.mark.commands
 def test_spt_grid_killed_in_the_fine_tune_skips_the_pretraining_and_resumes(tmp_path, cache):
   root = tmp_path / "grid"
   # The fine-tune saves every step, so it is killed between two of its checkpoints.
@@ -452,3 +460,30 @@ def test_spt_commands_and_slurm_script_run_the_stages_in_order(tmp_path, monkeyp
   assert ran.stdout.splitlines() == shlex.split(lines[2])[1:] + shlex.split(lines[3])[1:]
   ran = task(1, "objective=denoise")  # the pretraining fails: no fine-tune, the task fails
   assert ran.returncode == 3 and ran.stdout.splitlines() == shlex.split(lines[2])[1:]
+
+
+@pytest.mark.commands
+def test_rotary_and_window_controls_are_rows_of_their_own(tmp_path, cache, capsys):
+  """--controls adds window16/window64 (the Longformer mixer without global tokens, mean
+  pooled, no CLS) and transformer_rotary is the Transformer with rotary positions; a tiny grid
+  of two of them trains and tables each under its own title."""
+  leaderboard.main(["--models=transformer_rotary", "--tasks=listops", "--preset=cpu",
+                    "--controls", "--root=runs/grid", "--print_commands"])
+  lines = capsys.readouterr().out.splitlines()
+  assert [shlex.split(l)[3].rsplit("/", 1)[1] for l in lines] == [
+      "transformer_rotary-cpu", "window16-cpu", "window64-cpu"]
+  assert shlex.split(lines[0])[2].endswith("listops.py:transformer,cpu")
+  assert shlex.split(lines[0])[4:] == ["--config.model.positions=rotary"]
+  assert shlex.split(lines[1])[2].endswith("listops.py:longformer,cpu")
+  assert shlex.split(lines[1])[4:] == [
+      "--config.model.attention.window=16", "--config.model.attention.global_positions=()",
+      "--config.model.pooling=MEAN", "--config.model.use_cls=False"]
+  root = tmp_path / "grid"
+  run = _leaderboard("--models=transformer_rotary,window16", "--tasks=listops", "--preset=cpu",
+                     f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)))
+  assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+  assert set(_table_cells(root)) == {("transformer_rotary", "listops"), ("window16", "listops")}
+  recorded = json.loads((root / "listops" / "window16-cpu" / "results.json").read_text())
+  assert recorded["config"]["model"]["attention"]["global_positions"] == []
+  table = (root / "table" / "accuracy.md").read_text()
+  assert "Transformer (rotary)" in table and "Window-16 (control)" in table

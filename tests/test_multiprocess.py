@@ -3,7 +3,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 
 import pytest
 import jax
@@ -12,9 +11,8 @@ import numpy as np
 from lra.data import tasks
 from lra.training import trainer
 from lra.training.checkpoint import Checkpoints
+from tests import commands
 from tests.tiny import tiny_config
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _free_port():
@@ -34,21 +32,18 @@ def _params(workdir, config):
 
 
 @pytest.mark.slow  # heavy; `pytest -m slow`
+@pytest.mark.commands
 def test_two_processes_equal_one(listops_dir, tmp_path):
   config = tiny_config(listops_dir)
   single = trainer.train_and_evaluate(config, str(tmp_path / "single"),
                                       devices=jax.devices()[:4])
 
   port, workdir = _free_port(), str(tmp_path / "multi")
-  env = {**os.environ, "PYTHONPATH": ROOT}
-  env.pop("XLA_FLAGS", None)
-  procs = [subprocess.Popen([sys.executable, "-m", "tests.multiprocess_worker", str(i), "2",
-                             str(port), listops_dir, workdir], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-           for i in range(2)]
-  outputs = [p.communicate(timeout=300)[0] for p in procs]
-  for p, out in zip(procs, outputs):
-    assert p.returncode == 0, out[-3000:]
+  # Each worker gives itself 2 devices (tests/multiprocess_worker.py).
+  procs = [commands.start("-m", "tests.multiprocess_worker", str(i), "2", str(port), listops_dir,
+                          workdir, stderr=subprocess.STDOUT) for i in range(2)]
+  for p in procs:
+    commands.finish(p, timeout=300)
 
   with open(os.path.join(workdir, "results.json")) as f:
     multi = json.load(f)

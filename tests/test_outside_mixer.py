@@ -9,12 +9,11 @@ import hashlib
 import json
 import os
 import shlex
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests import commands
+from tests.commands import ROOT
 
 # The outside mixer: normalised linear attention with a ReLU feature map, O(L).
 MY_ATTENTION = '''\
@@ -60,7 +59,7 @@ TINY = ["num_train_steps=3", "eval_every=3", "checkpoint_every=3", "log_every=1"
         "model.qkv_dim=16", "model.mlp_dim=16", "model.num_heads=2", "progress=False",
         "compilation_cache_dir=", "data.max_len=40", "data.generate_if_missing=False"]
 # XLA's cheapest compile: these runs are all compiling and hardly any training.
-XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+XLA_FLAGS = commands.FAST_COMPILE
 
 
 @pytest.fixture
@@ -72,21 +71,16 @@ def folder(tmp_path):
 
 
 def _run(*args, cwd, env=None, xla_flags=XLA_FLAGS):
-  """python ARGS in `cwd`, with the repository on PYTHONPATH (as an installed lra would be)."""
-  mine = {k: v for k, v in os.environ.items() if k != "LRA_IMPORT"}  # only what a test sets
-  env = {**mine, "PYTHONPATH": ROOT, "XLA_FLAGS": xla_flags, "JAX_PLATFORMS": "cpu",
-         **(env or {})}
-  return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                        text=True, timeout=600)
+  """python ARGS in `cwd`, with the repository on PYTHONPATH (as an installed lra would be),
+  by tests/commands.py; the test checks the exit code."""
+  env = {"LRA_IMPORT": None, **(env or {})}  # only what a test sets
+  return commands.run(*args, cwd=cwd, env=env, xla_flags=xla_flags, expect=None)
 
 
-def _error_line(proc) -> str:
-  lines = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
-  assert proc.returncode != 0 and len(lines) == 1, proc.stderr[-2000:]
-  assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
-  return lines[0]
+_error_line = commands.error_line
 
 
+@pytest.mark.commands
 def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_dir):
   """The grid's printed command (train.py --import) trains it; the grid with --import then
   finds that run finished and tables it, marked not comparable with the paper."""
@@ -119,7 +113,9 @@ def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_d
   why = row["cells"]["listops"]["not_comparable"]
   assert any("no paper-comparable config of model 'relu_linear'" in w for w in why), why
   markdown = (folder / "grid" / "table" / "accuracy.md").read_text()
-  assert f"| relu_linear | {row['cells']['listops']['ours']:.1f}* |" in markdown
+  cell = row["cells"]["listops"]  # 3 steps may leave it at chance, and the cell says so
+  shown = f"{cell['ours']:.1f}" + (" (at chance)" if cell["at_chance"] else "")
+  assert f"| relu_linear | {shown}* |" in markdown
 
   # The file edited, the finished run tested again (no steps left): the new hash is recorded.
   module.write_text(MY_ATTENTION + "# tuned\n")
@@ -130,6 +126,7 @@ def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_d
   assert again["sha256"] != results["mixer_module"]["sha256"]
 
 
+@pytest.mark.commands
 def test_speed_cell_by_the_environment_variable(folder, tmp_path):
   """LRA_IMPORT=FILE.py (as a scheduler would set it) brings it to eval.py speed and to the
   measuring process, which runs in another folder."""
@@ -137,7 +134,7 @@ def test_speed_cell_by_the_environment_variable(folder, tmp_path):
   proc = _run(os.path.join(ROOT, "eval.py"), "speed", "--models=relu_linear",
               "--lengths=16", "--batch=2", "--emb_dim=16", "--qkv_dim=16", "--mlp_dim=32",
               "--num_heads=2", "--num_layers=1", "--repeats=1", f"--out={out}", cwd=folder,
-              env={"LRA_IMPORT": "./my_attention.py"}, xla_flags="")
+              env={"LRA_IMPORT": "./my_attention.py"})
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = {r["model"]: r for r in json.loads((out / "speed.json").read_text())["rows"]}
   assert rows["relu_linear"]["status"] == "ok", rows["relu_linear"]
@@ -145,6 +142,7 @@ def test_speed_cell_by_the_environment_variable(folder, tmp_path):
   assert "| relu_linear |" in (out / "speed.md").read_text()
 
 
+@pytest.mark.commands
 def test_its_own_pytest_runs_the_mixer_contract(folder):
   proc = _run("-m", "pytest", "-q", "-p", "no:cacheprovider", "test_my_attention.py",
               cwd=folder, env={"PYTHONPATH": os.pathsep.join([ROOT, str(folder)])})
@@ -161,6 +159,7 @@ COMMANDS = {
 }
 
 
+@pytest.mark.commands
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_a_module_that_cannot_be_imported_is_one_line(command, folder):
   args = COMMANDS[command]
@@ -173,6 +172,7 @@ def test_a_module_that_cannot_be_imported_is_one_line(command, folder):
   assert "LRA_IMPORT=no_such_module: no module named 'no_such_module'" in line
 
 
+@pytest.mark.commands
 def test_an_error_inside_the_module_keeps_its_traceback(folder):
   """The user's module found, but broken (it imports a package that is missing): a bug, with
   its traceback, never the one-line 'no module' message."""

@@ -12,6 +12,9 @@ import zipfile
 
 import pytest
 
+from tests import commands
+from tests.commands import NONZERO
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("lra", "models", "configs")
 
@@ -114,6 +117,7 @@ _OUTSIDE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.commands
 def test_wheel_works_outside_the_checkout(tmp_path):
   """Build the wheel offline with this environment's setuptools, install it into a bare folder,
   and from another directory (the checkout not on the path) build every task config, list the
@@ -147,19 +151,16 @@ def test_wheel_works_outside_the_checkout(tmp_path):
       [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
        "--target", str(target), str(wheel)], capture_output=True, text=True, cwd=tmp_path)
   assert install.returncode == 0, install.stdout + install.stderr
-  env = {**os.environ, "PYTHONPATH": str(target), "JAX_PLATFORMS": "cpu"}
+  env = {"PYTHONPATH": str(target)}  # the installed wheel only, not the checkout
   # A researcher's folder with its own models/ package: theirs and ours stay apart.
   (elsewhere / "models").mkdir()
   (elsewhere / "models" / "__init__.py").write_text("MINE = True\n")
-  run = subprocess.run([sys.executable, "-c", _OUTSIDE, str(target)], capture_output=True,
-                       text=True, cwd=elsewhere, env=env, timeout=300)
-  assert run.returncode == 0, run.stdout + run.stderr
+  run = commands.run("-c", _OUTSIDE, str(target), cwd=elsewhere, env=env)
   from lra.models import registry  # the checkout's mixers, all of them shipped
   assert f"wheel ok {len(registry.names())}" in run.stdout
-  # python -m lra.commands.train from that folder finds configs/ in the package: the config loads (its
-  # model name is then refused in one line).
-  train = subprocess.run([sys.executable, "-m", "lra.commands.train", "--config=configs/listops.py:nope",
-                          "--workdir=w"], capture_output=True, text=True, cwd=elsewhere,
-                         env=env, timeout=300)
-  assert train.returncode != 0 and "'nope' is not a model" in train.stderr, train.stderr
+  # python -m lra.commands.train from that folder finds configs/ in the package: the config
+  # loads (its model name is then refused in one line).
+  train = commands.run("-m", "lra.commands.train", "--config=configs/listops.py:nope",
+                       "--workdir=w", cwd=elsewhere, env=env, expect=NONZERO)
+  assert "'nope' is not a model" in train.stderr, train.stderr
   assert len(train.stderr.strip().splitlines()) == 1, train.stderr

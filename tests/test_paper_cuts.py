@@ -6,8 +6,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -19,7 +17,9 @@ from lra.configs import listops as listops_config, retrieval as retrieval_config
 from lra.data import command, console, home, listops, pathfinder, record, retrieval, store, tasks
 from lra.errors import UserError
 from lra.training import config_checks
-from tests.test_cli import ROOT, TINY, _error_line, _run
+from tests import commands
+from tests.commands import error_line
+from tests.test_cli import TINY
 from tests.tiny import tiny_config
 
 SMALL = dict(num_train=40, num_val=8, num_test=8, min_length=5, max_length=30, max_depth=3,
@@ -52,11 +52,12 @@ def _refused(fn, *args) -> str:
     ("--config.model.num_layer=3", "did you mean 'num_layers'?"),
     ("--config.model.attention.query_chunks=128", "did you mean 'query_chunk'?"),
 ])
+@pytest.mark.commands
 def test_a_near_miss_key_is_one_line_with_the_suggestion(tmp_path, flag, suggestion):
-  proc = _run("train.py", "--config=configs/listops.py:transformer,cpu",
-              f"--workdir={tmp_path / 'run'}", flag)
-  line = _error_line(proc)
-  assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+  proc = commands.run("train.py", "--config=configs/listops.py:transformer,cpu",
+                      f"--workdir={tmp_path / 'run'}", flag, expect=2)
+  line = error_line(proc)
+  assert len(proc.stderr.splitlines()) == 1, proc.stderr
   assert flag.split("=")[0].split(".")[-1] in line and suggestion in line, line
   assert not (tmp_path / "run").exists()
 
@@ -64,19 +65,17 @@ def test_a_near_miss_key_is_one_line_with_the_suggestion(tmp_path, flag, suggest
 # ------------------------------------------------- b, f, j. the data command's console
 
 
+@pytest.mark.commands
 def test_the_data_commands_write_no_bars_into_a_log_and_say_where_they_write(tmp_path):
   """Run from another folder, with a relative --data_dir and output to a file: the data goes
   under $LRA_DATA_DIR, the first line says what and where, and the log has no \\r."""
-  env = {**os.environ, "PYTHONPATH": ROOT, "LRA_DATA_DIR": str(tmp_path / "home")}
   log = tmp_path / "log.txt"
   for argv in (["listops", "--data_dir=rel/listops", *SMALL_FLAGS],
                ["pathfinder", "--data_dir=rel/pf", "--num_images=20", "--level=easy",
                 "--workers=1"]):
-    with open(log, "w") as f:
-      proc = subprocess.run([sys.executable, "-m", "lra.data", *argv], cwd=tmp_path, env=env,
-                            stdout=f, stderr=f, timeout=300)
+    commands.run("-m", "lra.data", *argv, cwd=tmp_path, output=log,
+                 env={"LRA_DATA_DIR": str(tmp_path / "home")})
     text = log.read_text()
-    assert proc.returncode == 0, text[-3000:]
     assert "\r" not in text and "Traceback" not in text, text
     folder = tmp_path / "home" / "rel" / argv[1].split("/")[-1]
     assert text.splitlines()[0].startswith(("generating ListOps: 40/8/8 examples",
@@ -118,17 +117,16 @@ def test_listops_without_flags_says_it_writes_the_full_release_first(tmp_path, m
 # ------------------------------------------------------ c. JAX's backend line is quiet
 
 
+@pytest.mark.commands
 def test_no_backend_info_line_before_a_message(tmp_path):
   """Without JAX_PLATFORMS JAX tries every platform; the one it cannot start (libtpu) used to
   print an INFO line before every message."""
-  env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
-  proc = subprocess.run(
-      [sys.executable, "train.py", "--config=configs/listops.py:transformer,cpu",
-       f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={tmp_path / 'none'}",
-       "--config.data.generate_if_missing=False"],
-      cwd=ROOT, env={**env, "PYTHONPATH": ROOT}, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 1
-  assert proc.stderr.splitlines() == [_error_line(proc)], proc.stderr
+  proc = commands.run("train.py", "--config=configs/listops.py:transformer,cpu",
+                      f"--workdir={tmp_path / 'run'}",
+                      f"--config.data.data_dir={tmp_path / 'none'}",
+                      "--config.data.generate_if_missing=False", expect=1,
+                      env={"JAX_PLATFORMS": None, "XLA_FLAGS": None})
+  assert proc.stderr.splitlines() == [error_line(proc)], proc.stderr
   assert "ListOps data not found" in proc.stderr
 
 
@@ -162,6 +160,7 @@ def test_a_shortened_run_is_one_warning_line_naming_the_settings():
   assert config_checks.short_run_warning(listops_config.get_config("transformer,cpu")) is None
 
 
+@pytest.mark.commands
 def test_metrics_without_a_checkpoint_are_moved_aside_with_one_line(listops_dir, tmp_path):
   """A workdir whose checkpoints were deleted: training starts from step 0 and says so, the
   old rows go to metrics.old-1.jsonl; the same run (4 steps, warmup 200) warns that it is
@@ -170,9 +169,8 @@ def test_metrics_without_a_checkpoint_are_moved_aside_with_one_line(listops_dir,
   workdir.mkdir()
   old = '{"step": 900, "kind": "train", "train_loss": 1.5}\n'
   (workdir / "metrics.jsonl").write_text(old)
-  proc = _run("train.py", "--config=configs/listops.py:transformer,cpu", f"--workdir={workdir}",
-              f"--config.data.data_dir={listops_dir}", *TINY)
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  proc = commands.run("train.py", "--config=configs/listops.py:transformer,cpu",
+                      f"--workdir={workdir}", f"--config.data.data_dir={listops_dir}", *TINY)
   lines = proc.stdout.splitlines()
   warnings = [l for l in lines if l.startswith("warning:")]
   assert warnings == [

@@ -206,3 +206,145 @@ def test_our_images_match_the_original_generators_statistics(key, n):
                       f"tolerance +-{tolerance:.3g} ({TOLERANCE_SE:g} SE)")
   assert not failures, f"pathfinder {key}, {n} of ours vs {entry['sample_size']} " \
                        f"reference images:\n" + "\n".join(failures)
+
+
+# --- Path-256 held out: its statistics against the trend of the 32, 64 and 128 levels ----------
+# Each expectation below comes from the lower levels (hard, our generator) and the 256 row of
+# the parameter table alone; the 256 images are measured after, never fed into a bound. The
+# default suite generates ~9 s of images on one core of the 2-core development machine (32: 40
+# at ~35 ms, 64: 4 and 128: 4 at ~0.6 s, 256: 12 at ~0.15 s); the slow run many more.
+SCALING = {32: 40, 64: 4, 128: 4, 256: 12}
+SCALING_SLOW = {32: 300, 64: 24, 128: 24, 256: 150}
+LOWER = (32, 64, 128)
+SE_BOUND = 3.0  # allowed distance from a trend, in combined standard errors
+
+
+def _stamp_area(p, margin: int) -> float:
+  """Mean pixels of ink (> 0) of one paddle stamp, over whole-degree directions."""
+  from lra.data.pathfinder_gen import stamps
+  return float(np.mean([
+      np.count_nonzero(stamps.paddle(o, p.paddle_length, p.paddle_thickness, margin,
+                                     p.antialias_scale)[0])
+      for o in np.radians(np.arange(-180, 180))]))
+
+
+def _scaling_values(size: int, n: int) -> dict:
+  """Per image, for the hard level at `size`: `step` (mean distance between consecutive paddles
+  of the two targets over the generator's stride, paddle length + 2 margin), `path` (a target's
+  length in pixels, the mean of the two), `turn` (mean |turn| between consecutive steps,
+  radians), `placed` (distractor snakes placed / asked for), `overlap` (ink pixels
+  / the summed ink footprints of every placed paddle and both markers: 1 = nothing overlaps),
+  `foreground` (share of pixels > 0), `label`, and `markers_agree` (label 1 iff both markers
+  sit on one target). Also the Params."""
+  import dataclasses
+  from lra.data.pathfinder_gen import params_for, sample, stamps
+  # 64 hard restarts its target pair more than params.max_pair_tries (10,000) times on some
+  # images (the original retries without end): a higher cap, so that none is left out.
+  p = dataclasses.replace(params_for(size, "hard"), max_pair_tries=10 ** 6)
+  area = {m: _stamp_area(p, m) for m in p.margins}
+  rows = []
+  for k in range(n):
+    image, label, geometry = sample(p, SEED, k)
+    stride = p.paddle_length + 2 * geometry["margin"]
+    steps, turns, paths = [], [], []
+    for points in geometry["snakes"]:
+      d_Px2 = np.diff(np.asarray(points, np.float64), axis=0)
+      step_P = np.hypot(d_Px2[:, 0], d_Px2[:, 1])
+      angle_P = np.arctan2(d_Px2[:, 0], d_Px2[:, 1])
+      steps.append(step_P)
+      paths.append(step_P.sum())
+      turns.append(np.abs(np.angle(np.exp(1j * np.diff(angle_P)))))
+    steps, turns = np.concatenate(steps), np.concatenate(turns)
+    paddles = 2 * p.contour_length + geometry["distractors"] * p.distractor_length
+    markers = sum(np.count_nonzero(stamps.marker(size, tuple(int(v) for v in c),
+                                                 p.marker_radius, p.antialias_scale)[1])
+                  for c in geometry["markers"])
+    first, second = geometry["marker_snakes"]
+    rows.append({"step": steps.mean() / stride, "path": float(np.mean(paths)),
+                 "turn": turns.mean(),
+                 "placed": geometry["distractors"] / p.num_distractors,
+                 "overlap": np.count_nonzero(image) / (paddles * area[geometry["margin"]]
+                                                       + markers),
+                 "foreground": np.count_nonzero(image) / image.size, "label": label,
+                 "markers_agree": (first == second) == (label == 1)})
+  values = {key: np.array([row[key] for row in rows], np.float64) for key in rows[0]}
+  return {"params": p, **values}
+
+
+def _mean_se(values: np.ndarray) -> tuple[float, float]:
+  return float(values.mean()), float(values.std(ddof=1) / math.sqrt(values.size))
+
+
+def _path256_against_lower_levels(counts: dict[int, int]) -> tuple[list[str], list[str]]:
+  """(lines saying each check and its numbers, failures)."""
+  at = {size: _scaling_values(size, n) for size, n in counts.items()}
+  lines, failures = [], []
+
+  def check(name: str, ok: bool, text: str) -> None:
+    lines.append(f"{name}: {text} -> {'ok' if ok else 'FAILED'}")
+    if not ok:
+      failures.append(lines[-1])
+
+  top, p = at[256], at[256]["params"]
+  # Labels: a fair coin, and the markers say the label, at every size.
+  for size, v in at.items():
+    check(f"markers {size}", bool(v["markers_agree"].all()), "label 1 iff both markers on one "
+          "target")
+  rate, se = _mean_se(top["label"])
+  check("positive rate 256", abs(rate - 0.5) <= SE_BOUND * math.sqrt(0.25 / top["label"].size),
+        f"{rate:.3f} (+-{se:.3f}) vs 0.5 (a fair coin at every level)")
+  # Path length: consecutive paddles one stride apart (paddle length + 2 margin) at the lower
+  # levels, a constant k fitted on them; the 256 path follows from its own row.
+  ratios = {s: _mean_se(at[s]["step"]) for s in LOWER}
+  k = float(np.mean([m for m, _ in ratios.values()]))
+  spread = max(abs(m - k) for m, _ in ratios.values())
+  step, step_se = _mean_se(top["step"])
+  stride = p.paddle_length + 2 * p.margins[0]
+  predicted = (p.contour_length - 1) * stride * k
+  path, _ = _mean_se(top["path"])
+  check("path length 256", abs(step - k) <= spread + SE_BOUND * step_se,
+        f"step/stride {step:.3f} vs k = {k:.3f} +- {spread:.3f} fitted on "
+        + ", ".join(f"{s}: {m:.3f}" for s, (m, _) in ratios.items())
+        + f"; a target {path:.1f} px, predicted {predicted:.1f} px")
+  # Curvature: at equal continuity (1.8 at 64, 128 and 256; 32 has 1.0) the mean turn falls
+  # with the image size (more room, fewer forced turns): 64 -> 128 extrapolated one octave on.
+  (t64, e64), (t128, e128) = _mean_se(at[64]["turn"]), _mean_se(at[128]["turn"])
+  trend, trend_se = 2 * t128 - t64, math.hypot(2 * e128, e64)
+  turn, turn_se = _mean_se(top["turn"])
+  check("curvature 256", t128 < t64 and abs(turn - trend) <= SE_BOUND * math.hypot(trend_se,
+                                                                                   turn_se),
+        f"mean |turn| {math.degrees(turn):.1f} deg vs {math.degrees(trend):.1f} +- "
+        f"{math.degrees(trend_se):.1f} extrapolated from 64: {math.degrees(t64):.1f}, 128: "
+        f"{math.degrees(t128):.1f}")
+  # Distractors: budget // (contour length // 3) snakes asked for (30 // 4 = 7 at 256, as 20, 22
+  # and 35 at the lower levels); the share placed grows with the image at the lower levels,
+  # so 256 places at least as large a share as 128.
+  asked = {s: v["params"].num_distractors for s, v in at.items()}
+  rule = all(v["params"].num_distractors == v["params"].distractor_budget
+             // (v["params"].contour_length // 3) for v in at.values())
+  placed = {s: _mean_se(v["placed"]) for s, v in at.items()}
+  rising = placed[32][0] < placed[64][0] < placed[128][0]
+  check("distractors 256", rule and rising and placed[256][0] >= placed[128][0] - SE_BOUND
+        * math.hypot(placed[128][1], placed[256][1]),
+        f"asked {asked}; placed share " + ", ".join(f"{s}: {m:.2f}" for s, (m, _) in
+                                                     placed.items()))
+  # Foreground: ink pixels over the summed footprints of what was drawn (overlap) rises towards
+  # 1 as the images thin out at the lower levels; 256, the sparsest, lies between 128's and 1,
+  # which bounds its foreground share by its own paddles' footprints.
+  overlap = {s: _mean_se(v["overlap"]) for s, v in at.items()}
+  low = overlap[128][0] - SE_BOUND * math.hypot(overlap[128][1], overlap[256][1])
+  high = 1 + SE_BOUND * overlap[256][1]
+  ink, _ = _mean_se(top["foreground"])
+  share = ink / overlap[256][0]  # footprints per pixel at 256
+  check("foreground 256", overlap[32][0] < overlap[64][0] < overlap[128][0]
+        and low <= overlap[256][0] <= high,
+        f"overlap " + ", ".join(f"{s}: {m:.3f}" for s, (m, _) in overlap.items())
+        + f"; foreground {ink:.4f} in [{low * share:.4f}, {high * share:.4f}]")
+  return lines, failures
+
+
+@pytest.mark.parametrize("counts", [SCALING, pytest.param(SCALING_SLOW, marks=pytest.mark.slow)])
+def test_path256_scales_as_the_lower_levels(counts):
+  lines, failures = _path256_against_lower_levels(counts)
+  print("\n" + "\n".join(lines))
+  assert not failures, "\n".join(failures)

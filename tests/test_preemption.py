@@ -4,12 +4,11 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from tests.test_cli import ROOT, TINY
+from tests import commands
+from tests.test_cli import TINY
 
 STEPS = 300  # far more than run before the signal lands (a few ms a step)
 
@@ -17,7 +16,7 @@ STEPS = 300  # far more than run before the signal lands (a few ms a step)
 def _command(listops_dir, workdir):
   # log_every=3: the stop most likely falls inside a log interval, whose train sums the
   # checkpoint must carry. checkpoint_every > STEPS: only the stop saves before step 100.
-  return [sys.executable, "train.py", "--config=configs/listops.py:transformer,cpu",
+  return ["train.py", "--config=configs/listops.py:transformer,cpu",
           f"--workdir={workdir}", f"--config.data.data_dir={listops_dir}", *TINY,
           f"--config.num_train_steps={STEPS}", "--config.log_every=3",
           "--config.eval_every=100", "--config.checkpoint_every=1000"]
@@ -31,21 +30,18 @@ def _records(workdir):
 
 
 @pytest.mark.slow  # heavy; `pytest -m slow`
+@pytest.mark.commands
 def test_sigterm_saves_and_the_resumed_run_equals_an_uninterrupted_one(listops_dir, tmp_path):
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
   straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-  subprocess.run(_command(listops_dir, straight), cwd=ROOT, env=env, check=True,
-                 capture_output=True, timeout=300)
+  commands.run(*_command(listops_dir, straight))
 
-  proc = subprocess.Popen(_command(listops_dir, stopped), cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  proc = commands.start(*_command(listops_dir, stopped))
   first_log = proc.stdout.readline()  # training has started: step 3 is done
   if first_log.startswith("warning: config.num_train_steps="):  # checkpoint_every > STEPS
     first_log = proc.stdout.readline()
   assert first_log.startswith("step 3/"), first_log + proc.stderr.read()[-3000:]
   proc.send_signal(signal.SIGTERM)
-  _, err = proc.communicate(timeout=300)
-  assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
+  _, err = commands.finish(proc, expect=128 + signal.SIGTERM)
   assert "Traceback" not in err, err[-3000:]
   lines = [l for l in err.splitlines() if l.startswith("error:")]
   assert len(lines) == 1, err[-3000:]
@@ -58,9 +54,7 @@ def test_sigterm_saves_and_the_resumed_run_equals_an_uninterrupted_one(listops_d
   assert sorted(os.listdir(stopped / "checkpoints")) == [str(step)]
   assert not (stopped / "results.json").exists()
 
-  resumed = subprocess.run(_command(listops_dir, stopped), cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=300)
-  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  resumed = commands.run(*_command(listops_dir, stopped))
   assert f"Resuming from the checkpoint at step {step}" in resumed.stdout
   a = json.loads((straight / "results.json").read_text())
   b = json.loads((stopped / "results.json").read_text())

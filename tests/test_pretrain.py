@@ -17,7 +17,9 @@ from lra.errors import UserError
 from lra.reporting import accuracy, markdown, paper, results
 from lra.training import checkpoint, initialise, pretrain, steps, trainer
 from lra.models.settings import EncoderConfig
-from tests.test_cli import ROOT, TINY, _error_line, _run
+from tests import commands
+from tests.commands import NONZERO, ROOT, error_line
+from tests.test_cli import TINY
 from tests.tiny import tiny_config
 
 LISTOPS_VOCAB = tasks.FACTS["listops"].vocab_size  # 17: the mask token is id 17
@@ -289,11 +291,13 @@ def test_init_from_another_mixer_or_size_is_one_line(pretrained, listops_dir, tm
     ("--config.objective=pretrain", "error: config.objective='pretrain' is not valid"),
     ("--config.init_from=no/such/run", "error: config.init_from=no/such/run: no such run"),
 ])
+@pytest.mark.commands
 def test_bad_values_from_the_command_line_are_one_line(flag, expected, listops_dir, tmp_path):
-  proc = _run(os.path.join(ROOT, "train.py"), "--config=configs/listops.py:transformer,cpu",
-              f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}", *TINY,
-              flag)
-  assert _error_line(proc).startswith(expected), proc.stderr[-2000:]
+  proc = commands.run(os.path.join(ROOT, "train.py"),
+                      "--config=configs/listops.py:transformer,cpu",
+                      f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}",
+                      *TINY, flag, expect=NONZERO)
+  assert error_line(proc).startswith(expected), proc.stderr[-2000:]
 
 
 # --- the reports ----------------------------------------------------------------------------

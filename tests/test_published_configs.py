@@ -213,3 +213,19 @@ def test_a_wrong_published_table_is_a_user_error(monkeypatch):
   table["listops"]["learning_rat"] = 0.1
   with pytest.raises(UserError, match=r"s4d.py sets 'learning_rat', which is not a trainer"):
     task_config("listops").get_config("s4d")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_path256_takes_the_path_x_entry(name):
+  """Path-256 (beyond LRA) trains with each table's Path-X recipe (published.ENTRY_OF), as the
+  codes that train it do; only the data differs."""
+  assert published.ENTRY_OF == {"path256": "pathx"}
+  c, x = task_config("path256").get_config(name), pathx.get_config(name)
+  assert (c.task, c.data.size, x.data.size) == ("path256", 256, 128)
+  model, model_x = c.model.to_dict(), x.model.to_dict()
+  for m in (model, model_x):  # the task table's head count, which these mixers do not read
+    m.pop("num_heads")
+  assert model == model_x
+  for key in ("batch_size", "num_train_steps", "learning_rate", "ssm_learning_rate",
+              "weight_decay", "warmup_steps", "schedule", *published.RECIPE):
+    assert c[key] == x[key], key

@@ -122,7 +122,8 @@ def test_tiny_run_records_code_parameters_config_and_wandb(listops_dir, tmp_path
   # The parameter count, counted apart: the shapes of the model's initial parameters.
   facts = tasks.FACTS["listops"]
   model = trainer.build_model(config, types.SimpleNamespace(
-      vocab_size=facts.vocab_size, num_classes=facts.num_classes, max_len=40, pair=False))
+      vocab_size=facts.vocab_size, num_classes=facts.num_classes, max_len=40, pair=False,
+      per_position=False))
   shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), jax.numpy.zeros((1, 40), int))
   expected = sum(x.size for x in jax.tree_util.tree_leaves(shapes["params"]))
   assert stored["parameter_count"] == expected > 1000

@@ -8,7 +8,7 @@ from lra.data import image, listops, pathfinder, tasks, text
 def test_the_table_covers_every_task_and_loader():
   assert tasks.NAMES == ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
   for name, facts in tasks.FACTS.items():
-    assert facts.module in ("listops", "text", "retrieval", "image", "pathfinder"), name
+    assert facts.module in ("listops", "text", "retrieval", "image", "pathfinder", "mqar"), name
     assert facts.num_classes >= 2 and facts.vocab_size >= 2
     assert 0 < facts.test_size and 0 < facts.train_size
   assert [n for n, f in tasks.FACTS.items() if f.pair] == ["retrieval"]
@@ -25,7 +25,7 @@ def test_vocabularies_fit_the_tokens_the_readers_make():
   # Image and Pathfinder: pixel values are the tokens.
   white = image.rgb_to_gray(np.full((1, 3), 255, np.uint8))
   assert int(white.max()) == tasks.FACTS["image"].vocab_size - 1
-  assert tasks.FACTS["pathfinder"].vocab_size == tasks.FACTS["pathx"].vocab_size == 256
+  assert {tasks.FACTS[n].vocab_size for n in ("pathfinder", "pathx", "path256")} == {256}
 
 
 def test_task_of_takes_the_table():
@@ -37,7 +37,7 @@ def test_task_of_takes_the_table():
 def test_pathfinder_full_splits_follow_the_split_fractions():
   bounds = pathfinder.split_bounds(200_000)  # the release's images per level
   assert [split for split, _ in pathfinder.SPLIT_FRACTIONS] == list(bounds)
-  for name in ("pathfinder", "pathx"):
+  for name in ("pathfinder", "pathx", "path256"):
     facts = tasks.FACTS[name]
     assert (facts.train_size, facts.test_size) == (bounds["train"][1] - bounds["train"][0],
                                                    bounds["test"][1] - bounds["test"][0])

@@ -222,3 +222,30 @@ def test_pathx_cpu_config_generates_and_trains(tmp_path):
   config.data.data_dir, config.progress = str(tmp_path / "px"), False
   results = _train(config, tmp_path / "run")
   assert results["test_count"] == 4 and results["num_train_steps"] == 3
+
+
+def test_path256_cpu_config_trains_through_train_py(tmp_path):
+  """Path-256's `,cpu` config end to end: `python -m lra.data path256` writes 10 images of
+  65,536 pixels (8/1/1), then train.py runs its 2 steps with a mixer linear in the length:
+  about 10 s of CPU time, 13-25 s on the 2-core development machine as loaded as it gets
+  (most of it importing JAX and compiling, at XLA's cheapest compile)."""
+  import json
+  import subprocess
+  import sys
+  data = tmp_path / "pf256"
+  command.main(["path256", f"--data_dir={data}", "--num_images=10", "--workers=1"])
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = {**os.environ, "PYTHONPATH": root, "JAX_PLATFORMS": "cpu", "XLA_FLAGS":
+         "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"}
+  proc = subprocess.run(
+      [sys.executable, "train.py", "--config=configs/path256.py:linear_transformer,cpu",
+       f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={data}",
+       "--config.data.generate_if_missing=False", "--config.compilation_cache_dir=",
+       "--config.progress=False"], cwd=root, env=env, capture_output=True, text=True,
+      timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(tmp_path / "run" / "results.json") as f:
+    results = json.load(f)
+  assert (results["task"], results["test_count"], results["num_train_steps"]) == (
+      "path256", 1, 2)
+  assert results["config"]["data"]["size"] == 256

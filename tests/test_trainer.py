@@ -204,6 +204,7 @@ def test_accumulated_gradient_equals_the_big_batch(listops_dir):
   task = tasks.load(config)
   model = trainer.build_model(config, task)
   mesh = trainer.make_mesh()
+  assert mesh.devices.size == 8  # tests/conftest.py's fake devices: the batch really is split
   state = trainer.create_state(model, task, config, mesh)
   batch = trainer.to_global(batches.train_batch(task.splits["train"], 32, 0, 0),
                             NamedSharding(mesh, P("data")))

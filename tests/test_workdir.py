@@ -5,15 +5,14 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import pytest
 
 from lra.errors import UserError
 from lra.training import optim, trainer, workdir as workdir_lib
-from tests.test_cli import ROOT, TINY
+from tests import commands
+from tests.test_cli import TINY
 from tests.test_damaged_checkpoint import STEPS, finished_run
 from tests.tiny import tiny_config
 
@@ -120,30 +119,27 @@ def test_a_second_trainer_on_a_workdir_stops_at_once(listops_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.commands
 def test_a_second_train_py_on_a_workdir_is_one_line(listops_dir, tmp_path):
   """One subprocess trains; a second one on its workdir exits with one line, and the first
   goes on undisturbed until it is stopped (a run far longer than the test, so it is surely
   still training when the second one starts)."""
-  env = {**os.environ, "PYTHONPATH": ROOT, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
   workdir = tmp_path / "run"
-  command = [sys.executable, "train.py", "--config=configs/listops.py:transformer,cpu",
+  command = ["train.py", "--config=configs/listops.py:transformer,cpu",
              f"--workdir={workdir}", f"--config.data.data_dir={listops_dir}", *TINY,
              "--config.num_train_steps=1000000", "--config.eval_every=1000000",
              "--config.checkpoint_every=1000000", "--config.log_every=1"]
-  first = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+  first = commands.start(*command)
   try:
     line = first.stdout.readline()  # training has started
     if line.startswith("warning: config.num_train_steps="):  # eval_every = num_train_steps
       line = first.stdout.readline()
     assert line.startswith("step 1/"), line + first.stderr.read()[-3000:]
-    second = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=300)
+    second = commands.run(*command, expect=1)
     assert first.poll() is None, "the first run ended before the second one started"
   finally:
     first.send_signal(signal.SIGTERM)  # finishes its step, saves, exits 143
-    out, err = first.communicate(timeout=300)
-  assert second.returncode == 1, second.stderr[-3000:]
+    out, err = commands.finish(first, expect=None)  # its exit code is checked below
   assert second.stderr.splitlines() == [
       f"error: another trainer is running in {workdir} (it holds {workdir}/.lock); wait for "
       f"it to end, or use another --workdir"], second.stderr[-3000:]

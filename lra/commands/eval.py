@@ -9,7 +9,8 @@
 `accuracy` reads the results.json of finished runs (a folder of many runs will do) and writes
 accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json; a chart that would be
 empty is skipped, in one line that says why and which --average or measurement would draw it):
-the paper's rows of the models that ran (`--all_paper_rows`: every model of the paper). `curves`
+the paper's rows of the models that ran (`--all_paper_rows`: every model of the paper), each
+cell's runs at chance (lra.reporting.chance) and each row's tested checkpoint. `curves`
 draws curves.png: train and validation loss and accuracy against step from each run's
 metrics.jsonl, a line per run. `speed` measures the real train step of every model at every
 length, each in a fresh process, and writes speed.{md,csv,json} and scaling.png; without

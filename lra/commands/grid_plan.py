@@ -27,7 +27,20 @@ ALIASES = {
     # Mega-chunk: Mega attending within chunks, of the paper's size per task.
     "mega_chunk": ("mega", tuple((task, "model.attention.chunk_size", str(size))
                                  for task, size in CHUNK_SIZES.items())),
+    # The Transformer with rotary positions (RoFormer) in place of sinusoidal ones: the
+    # position control of Miralles-Gonzalez et al. 2025 (arXiv 2501.14850).
+    "transformer_rotary": ("transformer", ((None, "model.positions", "rotary"),)),
 }
+# Window-limited controls (--controls): attention within a sliding window of w tokens in every
+# layer (the Longformer mixer without global tokens, computed sparsely), mean-pooled with no
+# CLS token, so that no layer sees past w/2 tokens on either side: the table shows how much of
+# each task a model that sees only local context (num_layers * w/2 tokens at most) can solve.
+CONTROL_WINDOWS = (16, 64)
+ALIASES.update({f"window{w}": ("longformer", (
+    (None, "model.attention.window", str(w)), (None, "model.attention.global_positions", "()"),
+    (None, "model.pooling", "MEAN"), (None, "model.use_cls", "False")))
+    for w in CONTROL_WINDOWS})
+CONTROLS = tuple(f"window{w}" for w in CONTROL_WINDOWS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,15 +62,16 @@ class Run:
     return f"{self.task}/{os.path.basename(self.workdir)}"
 
 
-def _names(text: str, flag: str, valid: list[str]) -> list[str]:
-  """'a,all,b' -> names, `all` expanded to the registered ones; a bad one is a UserError."""
+def _names(text: str, flag: str, valid: list[str], every: list[str] | None = None) -> list[str]:
+  """'a,all,b' -> names, `all` expanded to `every` (default: the valid ones, aliases aside);
+  a bad one is a UserError."""
   items = [t.strip() for t in text.split(",")] if text.strip() else []
   if not items or not all(items):
     raise UserError(f"--{flag}={text!r}: give names, comma separated, or all (valid: "
                     f"{', '.join(valid)})")
   names = []
   for item in items:
-    found = [n for n in valid if n not in ALIASES] if item == "all" else [item]
+    found = [n for n in every or valid if n not in ALIASES] if item == "all" else [item]
     if item != "all" and item not in valid:
       raise UserError(f"--{flag}: unknown name {item!r} (valid: all, {', '.join(valid)})")
     names += [n for n in found if n not in names]
@@ -154,14 +168,15 @@ def _cell_settings(task: str, model: str, preset: str, sets: list
 def plan(args) -> list[Run]:
   """The grid's runs (every cell of one seed, then the next seed's), every config loaded and
   every --config.KEY override checked first: a mistake is one line before anything runs."""
-  from lra.data.tasks import NAMES
+  from lra.data.tasks import FACTS, NAMES
   from lra.models import registry
   # Outside mixers register first (--import, LRA_IMPORT); every run imports them too.
   imports = tuple(f"--import={spec}" for spec in plugins.import_modules(args.imports))
   if args.preset not in PRESETS:
     raise UserError(f"--preset={args.preset!r}: give one of {', '.join(PRESETS)}")
-  tasks = _names(args.tasks, "tasks", list(NAMES))
+  tasks = _names(args.tasks, "tasks", list(FACTS), list(NAMES))  # all: LRA's six (MQAR by name)
   models = _names(args.models, "models", registry.names() + list(ALIASES))
+  models += [name for name in CONTROLS if getattr(args, "controls", False) and name not in models]
   sets = list(args.sets)  # (scope, key, value) from lra.cli.take_overrides
   for item in sets:
     _check_scope(item, tasks + models)

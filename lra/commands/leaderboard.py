@@ -21,9 +21,14 @@ base (the plain config: the original repository's base values).
 --config.KEY=VALUE: passed on to every run as train.py takes it; --config.KEY@TASK=VALUE or
 --config.KEY@MODEL=VALUE to the runs of one task or one model (a key must exist in the config
 of every run it reaches). The old `--set KEY=VALUE` still works, with one line on its spelling.
+--controls adds the window-limited control rows window16 and window64 (attention within a
+sliding window of w tokens in every layer, mean-pooled, no global token: how much of each task
+local context alone solves); `transformer_rotary` (a --models name) is the Transformer with
+rotary positions in place of sinusoidal ones.
 --seeds=0,1,2: every (task, model) once per seed (`--config.seed=N`; the data keeps its own
 data.seed), all cells of one seed first, in the workdir MODEL[-PRESET]_seedN (seed 0: the name
-without --seeds); the table gives each cell's mean +- std over its seeds.
+without --seeds); the table gives each cell's mean +- std over its seeds and how many of
+them are at chance (`2/5 at chance`, docs/eval.md).
 --protocol=spt: every cell (and seed) is two runs, in order: a denoise pretraining on its
 training inputs (--config.objective=denoise, workdir MODEL[-PRESET][_seedN]_pretrain), then a
 fine-tune from its encoder (--config.init_from=that workdir, workdir ..._spt), which runs only
@@ -255,6 +260,9 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--tasks", default="", help="comma separated task names, or all")
   p.add_argument("--preset", default="", help="cpu, paper or base")
   p.add_argument("--root", default="runs/leaderboard", help="one workdir per run under it")
+  p.add_argument("--controls", action="store_true",
+                 help="add the window-limited control rows (window16, window64: attention "
+                      "within w tokens only) to --models")
   p.add_argument("--seeds", metavar="0,1,2",
                  help="run every cell once per seed (config.seed); the table: mean +- std")
   p.add_argument("--protocol", default="scratch", metavar="scratch|spt",

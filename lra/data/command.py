@@ -8,6 +8,9 @@ directory.
   python -m lra.data pathfinder --data_dir=data/pathfinder32 [--size=32] [--level=hard]
                                 [--num_images=200000 | --release_dir=PATH/lra_release]
   python -m lra.data pathx      (pathfinder with --size=128, data/pathfinder128)
+  python -m lra.data path256    (pathfinder with --size=256, data/pathfinder256; beyond LRA)
+  python -m lra.data mqar       --data_dir=data/mqar [--vocab_size=8192 --max_len=256
+                                --num_kv_pairs=16 ...] (beyond LRA: Zoology's MQAR)
 
 A relative --data_dir is a folder of the data home (lra.data.home: $LRA_DATA_DIR, else the
 checkout's root, else ~/lra_data), as training reads it; each command first prints the folder
@@ -20,11 +23,12 @@ import os
 
 import numpy as np
 
-from lra.data import console, home, listops, pathfinder, record, store
+from lra.data import console, home, listops, mqar, pathfinder, record, store
 from lra.data.pathfinder_gen.params import LEVEL_FOLDERS, SIZES
 from lra.errors import UserError, run_command
 
 TEXT_MAX_LEN = 4000  # the longest Text length any config uses; configs cut it shorter
+SIZE_OF = {"pathx": 128, "path256": 256}  # image side of a Pathfinder task (pathfinder: 32)
 
 # The least value of each numeric flag (of whichever task has it): every split needs an example,
 # Pathfinder's 80/10/10 split needs 10 images, seeds feed numpy (no negatives), workers=0 is
@@ -131,7 +135,7 @@ def _retrieval(args) -> None:
 
 
 def _pathfinder(args) -> None:
-  size = args.size or (128 if args.task == "pathx" else 32)
+  size = args.size or SIZE_OF.get(args.task, 32)
   data_dir = args.data_dir or home.resolve(f"data/pathfinder{size}")
   out = pathfinder.prepared_dir(data_dir, args.level)
   _say(f"preparing Pathfinder {size}x{size} ({args.level}) from {args.release_dir} into {out}"
@@ -146,6 +150,21 @@ def _pathfinder(args) -> None:
                                              workers=args.workers or None)
   for split, num in counts.items():
     print(f"wrote {split}: {num} images to {out}")
+
+
+def _truth(text: str) -> bool:
+  """A flag's True or False (as the printed commands write them)."""
+  if text.lower() not in ("true", "false"):
+    raise argparse.ArgumentTypeError(f"give True or False, not {text!r}")
+  return text.lower() == "true"
+
+
+def _mqar(args) -> None:
+  settings = {k: getattr(args, k) for k in mqar.SETTINGS}
+  mqar.check_settings(settings)
+  _say(f"generating MQAR: {mqar.plan(settings)} into {args.data_dir}")
+  for split, num in mqar.make_folder(args.data_dir, settings, args.seed).items():
+    print(f"wrote {split}: {num} examples to {args.data_dir}")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -179,17 +198,24 @@ def parser() -> argparse.ArgumentParser:
   s.add_argument("--max_len", type=int, default=4000)
   s.set_defaults(run=_retrieval)
 
-  for name in ("pathfinder", "pathx"):
+  for name in ("pathfinder", *SIZE_OF):
     s = sub.add_parser(name, help="generate (or read from the release) Pathfinder images")
     s.add_argument("--data_dir", default=None, help="default data/pathfinder<size>")
     s.add_argument("--size", type=int, default=None, choices=SIZES,
-                   help="32 (pathfinder) or 128 (pathx)")
+                   help="default 32 (pathfinder), 128 (pathx), 256 (path256)")
     s.add_argument("--level", default="hard", choices=tuple(LEVEL_FOLDERS))
     s.add_argument("--num_images", type=int, default=200000)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=0, help="0 = all cores")
     s.add_argument("--release_dir", help="read the original release instead of generating")
     s.set_defaults(run=_pathfinder)
+
+  s = sub.add_parser("mqar", help="generate MQAR (Zoology's multi-query associative recall)")
+  s.add_argument("--data_dir", default="data/mqar")
+  for name, default in {**mqar.SETTINGS, "seed": 0}.items():
+    s.add_argument(f"--{name}", default=default,
+                   type=_truth if isinstance(default, bool) else type(default))
+  s.set_defaults(run=_mqar)
   return p
 
 

@@ -26,6 +26,10 @@ class Facts:
   pair: bool        # two inputs per example (dual encoder)
   test_size: int    # the test split of the task's full data (LRA release, standard downloads)
   train_size: int   # the train split its default config makes of the full data
+  lra: bool = True  # one of LRA's six (in its tables and averages); False: a task beyond it
+  # A label per input position (labels NxL, NO_TARGET where a position has none; the model's
+  # per-token head), not one per example: MQAR (lra/data/mqar.py says why).
+  per_position: bool = False
 
 
 # The paper's order. Text and Image hold out part of train for validation: 22,500 of IMDb's
@@ -39,8 +43,20 @@ FACTS: dict[str, Facts] = {
     "image": Facts("image", 10, 256, False, test_size=10000, train_size=45000),
     "pathfinder": Facts("pathfinder", 2, 256, False, test_size=20000, train_size=160000),
     "pathx": Facts("pathfinder", 2, 256, False, test_size=20000, train_size=160000),
+    # Beyond LRA: multi-query associative recall (Arora et al. 2023, Zoology), generated; its
+    # vocabulary is a generator setting (here the paper's 8,192; the loader takes the data's),
+    # and the classes are the whole vocabulary, as Zoology's LM head predicts.
+    "mqar": Facts("mqar", 8192, 8192, False, test_size=3000, train_size=100000, lra=False,
+                  per_position=True),
+    # Beyond LRA: Path-256, Pathfinder at 256x256 (65,536 pixel tokens) as S4 and SPT
+    # (Amos et al.) train it, on the release's pathfinder256 hard level: 200,000 images, 80/10/10.
+    "path256": Facts("pathfinder", 2, 256, False, test_size=20000, train_size=160000,
+                     lra=False),
 }
-NAMES: tuple[str, ...] = tuple(FACTS)
+NAMES: tuple[str, ...] = tuple(n for n, f in FACTS.items() if f.lra)  # LRA's six, its order
+# Beyond LRA: MQAR, Path-256.
+EXTRA: tuple[str, ...] = tuple(n for n, f in FACTS.items() if not f.lra)
+NO_TARGET = -1  # a per-position task's label where a position has no target
 
 
 @dataclasses.dataclass
@@ -50,10 +66,11 @@ class Task:
   vocab_size: int
   max_len: int
   pair: bool  # two inputs per example (dual encoder)
-  # split -> {"inputs": NxL ints (+ "inputs2" for pair tasks), "labels": N ints}; the token
-  # arrays may be lazy row readers (lra.data.store.Rows).
+  # split -> {"inputs": NxL ints (+ "inputs2" for pair tasks), "labels": N ints (NxL for a
+  # per-position task)}; the token arrays may be lazy row readers (lra.data.store.Rows).
   splits: dict[str, dict]
   padding: bool = True  # token id 0 is padding; if False every position is real (pixels)
+  per_position: bool = False  # labels NxL, NO_TARGET where none (Facts.per_position)
   # What made the data (its lra.data.record, or None for files given by hand) and any cut of
   # the rows to max_len: {"record": ..., "cut": {"from": L, "to": max_len} or None}. The
   # trainer writes it into results.json, so a result says which data it was measured on.
@@ -64,7 +81,7 @@ class Task:
     """Task `name` with its class count, vocabulary and pairing from FACTS."""
     facts = FACTS[name]
     return cls(name, facts.num_classes, facts.vocab_size, max_len, facts.pair, splits,
-               **options)
+               per_position=facts.per_position, **options)
 
 
 def require_prepared(data_dir: str, splits, what: str, command: str) -> None:
@@ -78,6 +95,10 @@ def _check_labels(task: Task) -> None:
     labels = task.splits[split]["labels"]
     if len(labels) == 0:
       raise UserError(f"the {split} split of task {task.name!r} is empty")
+    if task.per_position:  # only the labelled positions
+      labels = labels[labels != NO_TARGET]
+      if labels.size == 0:
+        raise UserError(f"the {split} split of task {task.name!r} has no labelled position")
     if labels.min() < 0 or labels.max() >= task.num_classes:
       raise UserError(f"the {split} split of task {task.name!r} has labels outside "
                       f"0..{task.num_classes - 1}")
@@ -90,7 +111,7 @@ def load(config) -> Task:
   a copy of the config with the resolved folder, and the config itself (config.json, a
   resume's comparison) keeps the path as it was given."""
   if config.task not in FACTS:
-    raise UserError(f"unknown task {config.task!r}; valid tasks: {', '.join(NAMES)}")
+    raise UserError(f"unknown task {config.task!r}; valid tasks: {', '.join(FACTS)}")
   data_dir = str(config.data.data_dir)
   if "://" in data_dir:  # memory-mapped arrays and the generators need a local folder
     raise UserError(f"config.data.data_dir={data_dir} is remote storage; copy the data to local "

@@ -7,9 +7,9 @@ import numpy as np
 
 from lra import paths
 from lra.data.tasks import FACTS
-from lra.reporting import comparable, files, markdown, seeds
+from lra.reporting import chance, comparable, files, markdown, seeds
 from lra.reporting.numbers import pct
-from lra.reporting.results import CHOICE_RULE
+from lra.reporting.results import CHECKPOINT_RULE, CHOICE_RULE, checkpoint_rule
 from lra.reporting.paper import (PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS, PATHX_FAIL_SCORE,
                                  TASKS, TASKS5, model_order)
 from lra.reporting.paper import SPT_ACCURACY  # [SPT] Amos et al.'s figures beside SPT rows
@@ -62,20 +62,39 @@ def _provenance(result: dict) -> dict:
       "hardware": _hardware_summary(result.get("hardware") or {}),
       "superseded": list(result.get("superseded", [])),
       "tested_checkpoint": result.get("tested_checkpoint"),
-      # Each seed's run of a pooled cell ([] for one run).
-      "seeds": [{**s, "test_accuracy": pct(s["test_accuracy"]),
-                 "best_val_accuracy": pct(s["best_val_accuracy"])}
+      # Each seed's run of a pooled cell ([] for one run), judged as one run is.
+      "seeds": [{**{k: v for k, v in s.items() if k != "test_majority_rate"},
+                 "test_accuracy": pct(s["test_accuracy"]),
+                 "best_val_accuracy": pct(s["best_val_accuracy"]),
+                 "majority_rate": pct(s.get("test_majority_rate")),
+                 "at_chance": chance.at_chance(s), "checkpoint": checkpoint_rule(s)}
                 for s in result.get("seeds", [])],
   }
 
 
 def _ours(result: dict) -> dict:
   """The cell's figure: the test accuracy %, or over pooled seeds their mean, with the sample
-  standard deviation (None for one run) and n."""
-  values = [pct(s["test_accuracy"]) for s in result.get("seeds", [])] or [
-      pct(result["test_accuracy"])]
+  standard deviation (None for one run) and n; how many of its n runs are at chance
+  ("at_chance", by chance.CHANCE_RULE, of "chance_judged" runs that record what it needs;
+  None where none does) and the checkpoint they tested ("checkpoint": best, last, unrecorded,
+  or mixed; "checkpoint_counts": runs per rule)."""
+  runs = result.get("seeds") or [result]
+  values = [pct(s["test_accuracy"]) for s in runs]
   mean, std = seeds.mean_std(values)
-  return {"ours": mean, "std": std, "n": len(values)}
+  judged = [j for j in (chance.at_chance(s) for s in runs) if j is not None]
+  rules = [checkpoint_rule(s) for s in runs]
+  counts = {rule: rules.count(rule) for rule in dict.fromkeys(rules)}
+  return {"ours": mean, "std": std, "n": len(values),
+          "at_chance": sum(judged) if judged else None, "chance_judged": len(judged),
+          "checkpoint": rules[0] if len(counts) == 1 else "mixed",
+          "checkpoint_counts": counts}
+
+
+def _row_checkpoint(cells: dict) -> str | None:
+  """The rule of a row's cells with a run: theirs where they agree, else "mixed"; None for a
+  row without a run."""
+  rules = {c["checkpoint"] for c in cells.values() if c["ours"] is not None}
+  return None if not rules else rules.pop() if len(rules) == 1 else "mixed"
 
 
 def _avgs(scores: dict[str, float | None]) -> tuple[float | None, float | None, bool]:
@@ -91,19 +110,18 @@ def _avgs(scores: dict[str, float | None]) -> tuple[float | None, float | None, 
 
 def accuracy_table(results: list[dict], *, references: comparable.References,
                    include_paper_models: bool = False) -> dict:
-  """Rows per model: our test accuracy (%) next to the paper's, plus both averages. A row for
-  each model that ran; `include_paper_models`: also one for every other model of the paper
-  (its figures only).
-
-  Missing cells stay None (never filled in). A cell of pooled seeds has their mean, the
-  sample standard deviation "std" and "n" (a cell of one run: std None, n 1). A cell whose
-  run did not use the task's full data and the paper-comparable config (one `references`
-  makes) lists why in "not_comparable" and has no diff; so has an average over such a cell.
-  avg6 counts a missing Path-X as 50 and says so in `avg6_pathx_assumed`; a Path-X run is
-  used at its own figure whatever it reached.
+  """Rows per model: our test accuracy (%) next to the paper's, plus both averages. A row for each
+  model that ran; `include_paper_models`: also one for every other model of the paper (its
+  figures only). Missing cells stay None (never filled in). A cell of pooled seeds has their
+  mean, the sample standard deviation "std" and "n" (a cell of one run: std None, n 1), and with
+  a run also "at_chance" of "chance_judged" runs and the "checkpoint" tested (see _ours; the
+  row's "checkpoint" is its cells', or "mixed"). A cell whose run did not use the task's full
+  data and the paper-comparable config (one `references` makes) lists why in "not_comparable" and
+  has no diff; so has an average over such a cell. avg6 counts a missing Path-X as 50 and says so
+  in `avg6_pathx_assumed`; a Path-X run is used at its own figure whatever it reached.
   """
   by_model: dict[str, dict[str, dict]] = {}
-  for r in results:
+  for r in (r for r in results if r["task"] in TASKS):  # beyond LRA: lra.reporting.beyond
     by_model.setdefault(r["model"], {})[r["task"]] = r
   models = model_order(list(by_model) + (list(PAPER_MODELS) if include_paper_models else []))
   rows = []
@@ -138,7 +156,7 @@ def accuracy_table(results: list[dict], *, references: comparable.References,
     marked5 = any(cells[t]["not_comparable"] for t in TASKS5)
     marked6 = marked5 or bool(cells["pathx"]["not_comparable"])
     rows.append({
-        "model": model, "cells": cells,
+        "model": model, "cells": cells, "checkpoint": _row_checkpoint(cells),
         "avg5": avg5, "avg6": avg6, "avg6_pathx_assumed": assumed,
         "avg5_comparable": not marked5, "avg6_comparable": not marked6,
         "paper_avg5": paper_avg5, "paper_avg6": paper_avg6,
@@ -148,7 +166,8 @@ def accuracy_table(results: list[dict], *, references: comparable.References,
                       else avg6 - paper_avg6),
     })
   return {"tasks": list(TASKS), "rows": rows, "choice_rule": CHOICE_RULE,
-          "seed_rule": seeds.SEED_RULE}
+          "seed_rule": seeds.SEED_RULE, "chance_rule": chance.CHANCE_RULE,
+          "checkpoint_rule": CHECKPOINT_RULE}
 
 
 def accuracy_rows(table: dict) -> list[dict]:
@@ -162,6 +181,9 @@ def accuracy_rows(table: dict) -> list[dict]:
       run = c["run"] or {}
       out.append({"model": row["model"], "task": task, "ours": c["ours"],
                   "std": c.get("std"), "n": c.get("n"),
+                  "at_chance": c.get("at_chance"), "chance_judged": c.get("chance_judged"),
+                  "checkpoint": c.get("checkpoint"),
+                  "checkpoint_counts": c.get("checkpoint_counts"),
                   "seeds": [s["seed"] for s in run.get("seeds", [])] or None,
                   "paper": "FAIL" if c["paper_fail"] else c["paper"], "diff": c["diff"],
                   "not_comparable": "; ".join(c["not_comparable"]) or None,
@@ -171,10 +193,12 @@ def accuracy_rows(table: dict) -> list[dict]:
     marked = "over a cell not comparable with the paper"
     out.append({"model": row["model"], "task": "avg5", "ours": row["avg5"],
                 "paper": row["paper_avg5"], "diff": row["avg5_diff"],
-                "not_comparable": None if row["avg5_comparable"] else marked})
+                "not_comparable": None if row["avg5_comparable"] else marked,
+                "checkpoint": row["checkpoint"]})  # the row's, over all its cells
     out.append({"model": row["model"], "task": "avg6", "ours": row["avg6"],
                 "paper": row["paper_avg6"], "diff": row["avg6_diff"],
                 "not_comparable": None if row["avg6_comparable"] else marked,
+                "checkpoint": row["checkpoint"],
                 "config": "Path-X counted as 50" if row["avg6_pathx_assumed"] else None})
   return out
 
@@ -218,10 +242,16 @@ def write_tables(results: list[dict], out, references: comparable.References,
   `out` (local or a URL such as gs://bucket/eval), each file whole: the one way eval.py accuracy
   and lra.commands.leaderboard write it. The paper's rows of the models that ran (`all_paper_rows`: of
   every model in the paper). Returns (the table, its markdown)."""
+  from lra.reporting import beyond  # runs of tasks beyond LRA (MQAR): a table under LRA's
   table = accuracy_table(results, references=references, include_paper_models=all_paper_rows)
-  text = markdown.accuracy_markdown(table)
+  extra = beyond.beyond_table(results, references=references, cell=_ours,
+                             provenance=_provenance)
+  text = "\n".join(([markdown.accuracy_markdown(table)] if table["rows"] else []) +
+                   ([beyond.beyond_markdown(extra)] if extra else []))
+  if extra:
+    table["beyond"] = extra
   folder = paths.resolve(out)
   paths.write_text(folder / "accuracy.md", text + "\n")
-  files.write_csv(folder / "accuracy.csv", accuracy_rows(table))
+  files.write_csv(folder / "accuracy.csv", accuracy_rows(table) + beyond.beyond_rows(extra))
   files.write_json(folder / "accuracy.json", table)
   return table, text

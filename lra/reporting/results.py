@@ -7,7 +7,7 @@ from typing import Any
 from lra import paths
 from lra.reporting import comparable, seeds
 from lra.reporting.numbers import finite
-from lra.reporting.paper import SPT, TASKS
+from lra.reporting.paper import EXTRA_TASKS, SPT, TASKS
 from lra.rules import is_int, is_real
 
 
@@ -51,8 +51,8 @@ def problem(result: Any) -> str | None:
       return f"no {key!r} field"
   if not isinstance(result["model"], str) or not result["model"]:
     return f"model {result['model']!r} is not a model name"
-  if result["task"] not in TASKS:
-    return f"unknown task {result['task']!r} (valid: {', '.join(TASKS)})"
+  if result["task"] not in TASKS + EXTRA_TASKS:
+    return f"unknown task {result['task']!r} (valid: {', '.join(TASKS + EXTRA_TASKS)})"
   for key in ("test_accuracy", "best_val_accuracy", "test_majority_rate"):
     if (key == "test_accuracy" or result.get(key) is not None) and not _fraction(result[key]):
       return f"{key}={result[key]!r} is not an accuracy between 0 and 1"
@@ -94,17 +94,50 @@ def _choose(old: dict, new: dict, references: comparable.References) -> tuple[di
                     + ("more examples" if size(old) > size(new) else "the first one found"))
 
 
+# The checkpoint a run tested, as the tables name it (lra.training.checkpoint.restore_best).
+CHECKPOINT_RULE = ("Checkpoint: the one each run tested, as its results.json records it "
+                   "(tested_checkpoint, tested_step): `best val` = the best-on-validation "
+                   "checkpoint (the trainer's rule); `last` = the final state, tested where no "
+                   "copy of the best one restored and the final step is not the best; `?` = "
+                   "not recorded; `mixed` = the row's runs (a cell's seeds included) tested "
+                   "different ones, listed by rule.")
+CHECKPOINT_TITLES = {"best": "best val", "last": "last", "unrecorded": "?"}
+
+
+def checkpoint_rule(result: dict) -> str:
+  """"best" (the best-on-validation checkpoint was tested) or "last" (the final state, the
+  trainer's fallback where no copy of the best restores), from results.json's
+  tested_checkpoint and tested_step against best_step (a final state at the best step is the
+  best one); "unrecorded" where neither is recorded."""
+  tested = result.get("tested_checkpoint")
+  step, best = result.get("tested_step"), result.get("best_step")
+  steps = is_int(step) and is_int(best)
+  if steps and step == best:
+    return "best"
+  if isinstance(tested, str) and tested:
+    return "last" if tested.startswith("the final state") else "best"
+  return "last" if steps else "unrecorded"
+
+
 def run_label(result: dict) -> str:
   """The table's name for a run: its mixer, or `transformer_chunked` for the Transformer's
-  exact O(N)-memory implementation, `mega_chunk` for Mega attending within chunks (the names
-  lra.commands.leaderboard gives them), each a row of its own."""
+  exact O(N)-memory implementation, `mega_chunk` for Mega attending within chunks, `windowW`
+  for the Longformer mixer without global tokens (the grid's window-limited control),
+  `NAME_rotary` for rotary positions (the names lra.commands.leaderboard gives them), each a row
+  of its own."""
   config = result.get("config")
-  attention = ((config.get("model") or {}).get("attention") or {}) if isinstance(config, dict) \
-      else {}
+  model = (config.get("model") or {}) if isinstance(config, dict) else {}
+  model = model if isinstance(model, dict) else {}
+  attention = model.get("attention") or {}
   name = result["model"]
   if name == "mega" and isinstance(attention, dict) and is_int(attention.get("chunk_size")) \
       and attention["chunk_size"] > 0:
     name = "mega_chunk"  # Mega-chunk (Ma et al. 2023, section 3.4)
+  if name == "longformer" and isinstance(attention, dict) and attention.get(
+      "global_positions") == [] and is_int(attention.get("window")):
+    name = f"window{attention['window']}"  # attention within w tokens only, in every layer
+  if model.get("positions") == "rotary":
+    name += "_rotary"
   if isinstance(result.get("init"), dict) and result["init"].get("objective") == "denoise":
     name += SPT  # [SPT] initialised from a denoise run: a row of its own
   if isinstance(attention, dict) and attention.get("implementation") == "chunked":

@@ -62,10 +62,15 @@ def mean_std(values: list[float]) -> tuple[float, float | None]:
   return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
 
 
+# What each seed's entry keeps for lra.reporting.chance and results.checkpoint_rule.
+JUDGED = ("test_count", "test_majority_rate", "tested_checkpoint", "tested_step")
+
+
 def pool(runs: list[dict]) -> dict:
   """One result for runs that differ only in the seed (one run per seed): the mean test and
   validation accuracy, the rest as the run of the lowest seed records it, and "seeds": each
-  run's seed, test and validation accuracy, best step and workdir. One run is left as it is."""
+  run's seed, test and validation accuracy, best step and workdir, and what judges it (test
+  count, majority rate, the checkpoint tested). One run is left as it is."""
   if len(runs) == 1:
     return runs[0]
   runs = sorted(runs, key=seed_of)
@@ -76,7 +81,8 @@ def pool(runs: list[dict]) -> dict:
           "superseded": [d for r in runs for d in r.get("superseded", [])],
           "seeds": [{"seed": seed_of(r), "test_accuracy": r["test_accuracy"],
                      "best_val_accuracy": r.get("best_val_accuracy"),
-                     "best_step": r.get("best_step"), "workdir": r["workdir"]} for r in runs]}
+                     "best_step": r.get("best_step"), "workdir": r["workdir"],
+                     **{k: r.get(k) for k in JUDGED}} for r in runs]}
 
 
 def workdirs(result: dict) -> list[str]:

@@ -48,6 +48,31 @@ def classify_loss(model, pair: bool):
   return loss, evaluate
 
 
+def position_loss(model, no_target: int = -1):
+  """classify_loss for a per-position task (MQAR): labels BxL, `no_target` where a position
+  has none, the model's logits BxLxC (the per-token head); the loss is the mean cross-entropy
+  over the labelled positions of the batch, and the sums count positions, not examples."""
+
+  def weighed(labels_BxL, weights_BxL):
+    return jnp.maximum(labels_BxL, 0).astype(jnp.int32), weights_BxL * (labels_BxL != no_target)
+
+  def loss(params, batch_stats, batch, rng):
+    logits, updated = _logits(model, False, params, batch_stats, batch, deterministic=False,
+                              rngs={"dropout": rng}, mutable=["batch_stats"])
+    labels = batch["labels"]
+    metrics = sums(logits, *weighed(labels, jnp.ones(labels.shape, jnp.float32)))
+    mean = metrics["loss_sum"] / jnp.maximum(metrics["count"], 1.0)
+    return mean, (metrics, updated.get("batch_stats", batch_stats))
+
+  def evaluate(state, batch):
+    logits = _logits(model, False, state.params, state.batch_stats, batch, deterministic=True)
+    labels = batch["labels"]
+    return sums(logits, *weighed(labels, jnp.broadcast_to(batch["weights"][:, None],
+                                                          labels.shape)))
+
+  return loss, evaluate
+
+
 def micro_batches(batch, accum_steps: int, mesh: Mesh):
   """B rows -> K x B/K: micro-batch k takes rows k, K + k, 2K + k, ..., so each device keeps
   its own rows (B/(K x devices) of every micro-batch) and nothing moves between devices."""

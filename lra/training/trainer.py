@@ -50,13 +50,14 @@ def _denoise(config) -> bool:
 def build_model(config, task: tasks.Task, mask_token: bool | None = None):
   """The model for this task: the classifier, or for config.objective "denoise" the
   Denoiser, which predicts each token of the vocabulary. `mask_token`: the embedding table
-  has the mask token's row (lra.training.pretrain; None: if the run denoises). An invalid
+  has the mask token's row (lra.training.pretrain; None: if the run denoises). A per-position
+  task (MQAR) gets the Denoiser's per-token head too, with the task's classes. An invalid
   setting raises lra.rules.SettingError."""
   extra = int(_denoise(config) if mask_token is None else mask_token)
   return models.build(config.model.to_dict(), vocab_size=task.vocab_size + extra,
                       num_classes=task.vocab_size if _denoise(config) else task.num_classes,
-                      max_len=task.max_len, pair=task.pair, denoise=_denoise(config),
-                      mask_token=bool(extra))
+                      max_len=task.max_len, pair=task.pair,
+                      denoise=_denoise(config) or task.per_position, mask_token=bool(extra))
 
 
 def inputs_only(batch: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
@@ -306,15 +307,20 @@ def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
   test = evaluate_split(best_state, task.splits["test"])
   last_test = evaluate_split(state, task.splits["test"])
   labels = np.asarray(task.splits["test"]["labels"])
-  return {**record, "test_accuracy": test["accuracy"], "test_loss": test["loss"],
-          "test_count": test["count"], "last_step_test_accuracy": last_test["accuracy"],
-          "test_majority_rate": float(np.bincount(labels).max() / len(labels))}
+  targets = labels[labels != tasks.NO_TARGET]  # all labels, but a per-position task's
+  # A per-position task counts examples (test_count) and the positions scored apart.
+  counts = ({"test_count": len(labels), "test_positions": test["count"]} if task.per_position
+            else {"test_count": test["count"]})
+  return {**record, "test_accuracy": test["accuracy"], "test_loss": test["loss"], **counts,
+          "last_step_test_accuracy": last_test["accuracy"],
+          "test_majority_rate": float(np.bincount(targets).max() / len(targets))}
 
 
 def _objective(config, model, task: tasks.Task):
-  """The steps' (loss, evaluation) of config.objective; None: classification's."""
+  """The steps' (loss, evaluation) of config.objective; None: classification's (of each
+  labelled position for a per-position task)."""
   if not _denoise(config):
-    return None
+    return steps.position_loss(model, tasks.NO_TARGET) if task.per_position else None
   return pretrain.denoise_loss(model, task.pair, config.mask_rate,
                                pretrain.mask_token(task.vocab_size))
 

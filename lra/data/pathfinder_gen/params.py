@@ -30,6 +30,14 @@ SIZE_TABLE: dict[int, dict] = {
            paddle_thickness=1.0, continuity=1.8, distractor_budget=22, snake_contrast=0.8),
   128: dict(padding=1, margins=(2, 3), seed_distance=20, marker_radius=3.0, paddle_length=5,
             paddle_thickness=1.5, continuity=1.8, distractor_budget=35, snake_contrast=0.9),
+  # Path-256 (the release's pathfinder256, which S4 and SPT train on): LRA's Pathfinder256
+  # TFDS builder (google-research/long-range-arena, lra_benchmarks/data/pathfinder.py) sets
+  # margin [3], window 256, marker radius 5, thickness 2, aa 2, continuity 1.8, 30 //
+  # distractor_length distractor snakes and contrast [1.0]: the snakes2_wrapper.py run of
+  # Linsley et al. (drewlinsley/pathfinder, its 300x300 images) at 256. It leaves the rest at
+  # the wrapper's Args defaults: padding 22, seed_distance 27, paddle length 5. As at 32, 64
+  # and 128, the level alone sets the contour length (6/9/14 paddles; hard: 14) and the
+  # distractor length (contour_length // 3: 4 at hard, so 30 // 4 = 7 distractor snakes).
   256: dict(padding=22, margins=(3,), seed_distance=27, marker_radius=5.0, paddle_length=5,
             paddle_thickness=2.0, continuity=1.8, distractor_budget=30, snake_contrast=1.0),
 }
