@@ -7,10 +7,10 @@ cache among them), the checkout first on PYTHONPATH, JAX on the CPU, ONE CPU dev
 the test asks for more with devices=N (tests/conftest.py gives the pytest processes 8 fake
 devices for the in-process sharding tests; a train.py run on 8 of them compiles an 8-way
 program for nothing), and XLA's cheapest compile (FAST_COMPILE: a test's command is nearly
-all compiling; xla_flags="" gives XLA's full optimisation, as a user's run has it). An exit code other than the expected one fails the test with the
-command and the tail of its output. A test that starts a command is marked
-@pytest.mark.commands (pytest.ini; `pytest -m commands` selects them); run() and start()
-check that it is."""
+all compiling; xla_flags="" gives XLA's full optimisation, as a user's run has it). An exit
+code other than the expected one fails the test with the command and the tail of its output.
+A test that starts a command is marked @pytest.mark.commands (pytest.ini; `pytest -m
+commands` selects them); run() and start() check that it is."""
 from __future__ import annotations
 
 import os
@@ -73,7 +73,10 @@ def _text(stream) -> str:
 def _report(command, cwd, what: str, stdout, stderr, output=None) -> str:
   parts = [f"{shlex.join(command)}\n  (in {cwd}) {what}"]
   if output is not None:  # stdout and stderr went to this file
-    text = open(output, errors="replace").read() if os.path.exists(output) else ""
+    text = ""
+    if os.path.exists(output):
+      with open(output, errors="replace") as f:
+        text = f.read()
     parts.append(f"--- its output, {output} (last {TAIL} characters) ---\n{text[-TAIL:]}")
   for name, stream in (("stdout", stdout), ("stderr", stderr)):
     text = _text(stream)

@@ -1,7 +1,8 @@
 """Test setup: 8 fake CPU devices for the in-process sharding tests, strict rank promotion,
 and one persistent compilation cache for the whole session (its workers and their
-subprocesses). The commands a test starts (tests/commands.py) get one device unless the test
-asks for more."""
+subprocesses). Only a test marked `sharding` meshes over the 8 devices by default: for the
+others the trainer's default mesh is one device, as on a CPU machine; the commands a test
+starts (tests/commands.py) get one device unless the test asks for more."""
 import os
 import shutil
 import tempfile
@@ -36,6 +37,19 @@ def _running_test(request):
   commands._current_test = request.node
   yield
   commands._current_test = None
+
+
+@pytest.fixture(autouse=True)
+def _one_device_unless_sharding(request, monkeypatch):
+  """trainer.make_mesh() (the trainer's default: all devices) takes the first device only,
+  unless the test is marked `sharding`: an 8-way program of a test that does not test
+  sharding costs more CPU time (a sixth more, for the in-process training tests) for nothing.
+  An explicit device list is kept as it is."""
+  if request.node.get_closest_marker("sharding") is None:
+    from lra.training import trainer
+    every = trainer.make_mesh
+    monkeypatch.setattr(trainer, "make_mesh", lambda devices=None: every(
+        jax.devices()[:1] if devices is None else devices))
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,5 @@
 """A training process killed with SIGKILL and started again ends like an uninterrupted one."""
 import json
-import os
 import signal
 import subprocess
 import time

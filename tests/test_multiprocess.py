@@ -33,6 +33,7 @@ def _params(workdir, config):
 
 @pytest.mark.slow  # heavy; `pytest -m slow`
 @pytest.mark.commands
+@pytest.mark.sharding
 def test_two_processes_equal_one(listops_dir, tmp_path):
   config = tiny_config(listops_dir)
   single = trainer.train_and_evaluate(config, str(tmp_path / "single"),

@@ -1,7 +1,6 @@
 """Packaging: the stated Python version, the tested pins, and a wheel that works outside the
 checkout (a non-editable install is what a GPU image or a TPU VM may get)."""
 import ast
-import os
 import pathlib
 import re
 import shutil

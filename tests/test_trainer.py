@@ -26,6 +26,7 @@ def _one_step(config, devices):
   return jax.device_get(state.params), jax.device_get(metrics)
 
 
+@pytest.mark.sharding
 def test_step_on_8_devices_equals_1_device(listops_dir):
   assert jax.device_count() == 8
   config = tiny_config(listops_dir)
@@ -138,6 +139,7 @@ def test_train_order_is_a_fresh_permutation_each_epoch():
   np.testing.assert_array_equal(batches.train_indices(10, 3, 4, seed=1), seen[4])
 
 
+@pytest.mark.sharding  # a batch of 12 does not split over 8 devices
 def test_bad_batch_size_is_a_user_error(listops_dir, tmp_path):
   with pytest.raises(UserError, match="multiple of the device count"):
     trainer.train_and_evaluate(tiny_config(listops_dir, batch_size=12), str(tmp_path))
@@ -194,6 +196,7 @@ def test_time_limit_ends_the_run_tested_and_a_rerun_goes_on(listops_dir, tmp_pat
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.sharding
 def test_accumulated_gradient_equals_the_big_batch(listops_dir):
   """config.grad_accum_steps: K micro-batches of B/K give the big batch's mean gradient, loss
   and metric sums (dropout off; float32 sums in another order: relative 1e-4), sharded over
