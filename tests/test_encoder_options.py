@@ -172,6 +172,7 @@ def test_batch_norm_statistics_count_real_tokens_only():
   np.testing.assert_allclose(first["var"], 0.9 + 0.1 * real.var(0), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 def test_train_step_updates_batch_stats_and_evaluation_uses_them(tmp_path):
   config = ml_collections.ConfigDict(dict(
       seed=0, model=dict(name="transformer", attention={}, emb_dim=DIM, num_heads=2, qkv_dim=DIM,

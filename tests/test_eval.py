@@ -13,6 +13,7 @@ def _eval(*args, expect=None, **kwargs):
   return commands.run("eval.py", *args, expect=expect, **kwargs)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 @pytest.mark.commands
 def test_speed_then_accuracy_tables_and_charts(tmp_path):
   out = tmp_path / "out"

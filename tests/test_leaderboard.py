@@ -73,6 +73,7 @@ def _four_cells(root) -> None:
                         for t in ("listops", "pathfinder")}, cells
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 @pytest.mark.commands
 def test_grid_runs_end_to_end_then_skips_finished_runs(tmp_path, cache):
   root = tmp_path / "grid"
@@ -149,6 +150,7 @@ def test_killed_grid_skips_finished_runs_and_resumes_the_killed_one(tmp_path, ca
   _four_cells(root)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 @pytest.mark.commands
 def test_seeds_each_run_resumes_and_the_table_pools_them(tmp_path, cache):
   root = tmp_path / "grid"
@@ -343,6 +345,7 @@ def _spt_runs(root) -> list:
   return [root / "listops" / "transformer-cpu_pretrain", root / "listops" / "transformer-cpu_spt"]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 @pytest.mark.commands
 def test_spt_grid_pretrains_then_fine_tunes_and_the_table_has_the_spt_row(tmp_path, cache):
   root = tmp_path / "grid"
@@ -462,6 +465,7 @@ def test_spt_commands_and_slurm_script_run_the_stages_in_order(tmp_path, monkeyp
   assert ran.returncode == 3 and ran.stdout.splitlines() == shlex.split(lines[2])[1:]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 @pytest.mark.commands
 def test_rotary_and_window_controls_are_rows_of_their_own(tmp_path, cache, capsys):
   """--controls adds window16/window64 (the Longformer mixer without global tokens, mean

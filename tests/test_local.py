@@ -99,6 +99,7 @@ def _model(**kw):
   return models.build(settings, vocab_size=20, num_classes=5, max_len=24, pair=False)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 def test_trains_in_the_encoder():
   model = _model()
   rng = np.random.default_rng(0)

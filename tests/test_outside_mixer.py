@@ -80,6 +80,7 @@ def _run(*args, cwd, env=None, xla_flags=XLA_FLAGS):
 _error_line = commands.error_line
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 @pytest.mark.commands
 def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_dir):
   """The grid's printed command (train.py --import) trains it; the grid with --import then
@@ -126,6 +127,7 @@ def test_train_and_leaderboard_import_it_and_its_row_is_marked(folder, listops_d
   assert again["sha256"] != results["mixer_module"]["sha256"]
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 @pytest.mark.commands
 def test_speed_cell_by_the_environment_variable(folder, tmp_path):
   """LRA_IMPORT=FILE.py (as a scheduler would set it) brings it to eval.py speed and to the

@@ -116,6 +116,7 @@ _OUTSIDE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 @pytest.mark.commands
 def test_wheel_works_outside_the_checkout(tmp_path):
   """Build the wheel offline with this environment's setuptools, install it into a bare folder,

@@ -219,7 +219,9 @@ def test_init_from_loads_the_encoder_bit_for_bit_and_a_fresh_head(pretrained, li
   assert record["checkpoint"] == f"best/{pretrained.results['best_step']}"
 
 
-@pytest.mark.parametrize("mixer", ["s4d", "performer", "local"])
+@pytest.mark.parametrize("mixer", [pytest.param("s4d", marks=pytest.mark.slow),
+                                   pytest.param("performer", marks=pytest.mark.slow),
+                                   "local"])  # the first two `-m slow` (12 s each)
 def test_init_from_works_for_other_mixers(mixer, listops_dir, tmp_path):
   source = str(tmp_path / "pre")
   trainer.train_and_evaluate(tiny_config(listops_dir, mixer, objective="denoise",
@@ -256,6 +258,7 @@ def _pair_task(config):
                        {"train": split(64), "val": split(24), "test": split(24)})
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 def test_pair_task_pretrains_and_fine_tunes_its_one_encoder(listops_dir, tmp_path,
                                                             monkeypatch):
   monkeypatch.setattr(tasks, "load", _pair_task)

@@ -43,6 +43,7 @@ def _write_aan(folder, rows_per_split=12):
         f.write(_aan_line(f"{i % 2}.0", f"paper {i} " * int(rng.integers(1, 9)), "cited"))
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 def test_retrieval_prepared_pairs_and_training(tmp_path):
   release, prepared = tmp_path / "tsv_data", tmp_path / "retrieval"
   _write_aan(release)
@@ -224,6 +225,7 @@ def test_pathx_cpu_config_generates_and_trains(tmp_path):
   assert results["test_count"] == 4 and results["num_train_steps"] == 3
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 def test_path256_cpu_config_trains_through_train_py(tmp_path):
   """Path-256's `,cpu` config end to end: `python -m lra.data path256` writes 10 images of
   65,536 pixels (8/1/1), then train.py runs its 2 steps with a mixer linear in the length:

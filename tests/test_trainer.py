@@ -115,6 +115,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(listops_dir, tmp_p
   assert not os.path.exists(os.path.join(workdir, "results.json"))
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 def test_quick_config_loss_goes_down(listops_dir, tmp_path):
   """The README's CPU config (its model and optimiser) on the tiny data."""
   from lra.configs import listops
@@ -196,6 +197,7 @@ def test_time_limit_ends_the_run_tested_and_a_rerun_goes_on(listops_dir, tmp_pat
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 @pytest.mark.sharding
 def test_accumulated_gradient_equals_the_big_batch(listops_dir):
   """config.grad_accum_steps: K micro-batches of B/K give the big batch's mean gradient, loss
