@@ -14,10 +14,15 @@ D = the input width, E = expand * D inner channels and N = state_size:
 x_proj is one matrix E -> R + 2N (no bias) whose outputs are split into dt's low-rank input,
 B and C. The discretisation is Mamba's: zero-order hold for A (A_bar = exp(dt A)) and the
 Euler simplification B_bar = dt B for B. The recurrence is selective (dt, B, C depend on the
-position's input), so it is not a convolution: it runs as jax.lax.associative_scan with
-(a_i, b_i) o (a_j, b_j) = (a_j a_i, a_j b_i + b_j) over L: O(log L) depth, never an L x L
-array, but it materialises B x L x E x N states in float32 (the official CUDA kernel keeps
-them in on-chip memory; that fused kernel is not reproduced here).
+position's input), so it is not a convolution.
+
+The scan (setting `scan`, models/selective_scan.py): "chunked", the default, runs the
+recurrence by chunks of `chunk_size` positions, all chunks at once, with the state passed
+between chunks by a scan over them (and the adjoint likewise in a custom VJP): no
+batch x L x E x N array in a train step, and about 2 x chunk + L / chunk sequential steps
+instead of L. "associative" (the reference, the same function) runs jax.lax.associative_scan
+over the whole sequence: O(log L) depth, but batch x L x E x N float32 states at every level
+(the official CUDA kernel keeps the state on chip; that fused kernel is not reproduced here).
 
 Initialisation (the official module's defaults):
   - A: S4D-real, A[e, n] = -(n + 1) for every channel, stored as A_log = log(n + 1)
@@ -72,6 +77,7 @@ import numpy as np
 
 from lra import rules as s
 from lra.models.registry import register
+from lra.models.selective_scan import chunked_selective_scan, selective_scan
 from lra.models.ssm import SSMMixer, log_uniform, masked_input
 
 DT_FLOOR = 1e-4  # the official dt_init_floor: dt at init is at least this
@@ -120,26 +126,12 @@ def causal_depthwise_conv(x_BxLxE, w_KxE, b_E):
   return y_BxLxE
 
 
-def _compose(earlier, later):
-  """Two steps s -> a s + b, the earlier applied first."""
-  a_i, b_i = earlier
-  a_j, b_j = later
-  return a_j * a_i, a_j * b_i + b_j
-
-
-def selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E):
-  """y_t = C_t s_t + D u_t with s_t = exp(dt_t A) s_{t-1} + dt_t B_t u_t (s_0 = 0), every
-  state at once by an associative scan over L; float32."""
-  a_BxLxExN = jnp.exp(dt_BxLxE[..., None] * A_ExN[None, None])
-  b_BxLxExN = (dt_BxLxE * u_BxLxE)[..., None] * B_BxLxN[:, :, None, :]
-  _, s_BxLxExN = jax.lax.associative_scan(_compose, (a_BxLxExN, b_BxLxExN), axis=1)
-  return jnp.einsum("blen,bln->ble", s_BxLxExN, C_BxLxN) + D_E[None, None] * u_BxLxE
-
-
 class Direction(nn.Module):
   """One direction of the block, causal over L: conv, SiLU, dt / B / C from the input, the
   selective scan and the D skip. x_BxLxE: the x branch (zero at padded positions); returns
-  y_BxLxE in float32, before the gate."""
+  y_BxLxE in float32, before the gate. scan "chunked": the recurrence by chunks
+  (chunked_selective_scan); "associative": the whole sequence at once (selective_scan), the
+  reference."""
   state_size: int
   conv_kernel: int
   dt_rank: int
@@ -147,6 +139,8 @@ class Direction(nn.Module):
   dt_max: float
   dtype: str
   dt_init: bool = True  # False: dt_bias starts at 0 (Vim's backward direction)
+  scan: str = "chunked"
+  chunk_size: int = 32
 
   @nn.compact
   def __call__(self, x_BxLxE, mask_BxL):
@@ -177,7 +171,11 @@ class Direction(nn.Module):
                        kernel_init=symmetric_uniform(1 / np.sqrt(rank)))
     dt_BxLxE = jax.nn.softplus(dt_proj(low_BxLxR).astype(jnp.float32) + dt_bias_E[None, None])
     dt_BxLxE = jnp.where(keep_BxLx1, dt_BxLxE, 0.0)  # a padded step is the identity
-    return selective_scan(u_BxLxE, dt_BxLxE, -jnp.exp(A_log_ExN), B_BxLxN, C_BxLxN, D_E)
+    A_ExN = -jnp.exp(A_log_ExN)
+    if self.scan == "associative":
+      return selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E)
+    return chunked_selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E,
+                                  self.chunk_size)
 
 
 @register("mamba")
@@ -191,6 +189,11 @@ class Mamba(SSMMixer):
   dt_min: float = 0.001  # dt starts log-uniform in [dt_min, dt_max] (through dt_bias)
   dt_max: float = 0.1
   bidirectional: bool = False  # add a backward scan with its own parameters (averaged)
+  # How the selective scan runs: "chunked" (chunks of chunk_size positions, no
+  # batch x L x E x N array) or "associative" (jax.lax.associative_scan over the whole
+  # sequence, which holds batch x L x E x N states: the reference). The same function.
+  scan: str = "chunked"
+  chunk_size: int = 32  # positions per chunk of the chunked scan (docs/results.md: its speed)
   num_layers: int = 1  # the encoder's depth (filled in): out_proj starts / sqrt(num_layers)
 
   # Leaf names trained with config.ssm_learning_rate and no weight decay
@@ -204,7 +207,8 @@ class Mamba(SSMMixer):
   ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
   SETTINGS = {"state_size": s.Int(1), "expand": s.Int(1), "conv_kernel": s.Int(1),
               "dt_rank": DtRank(), "dt_min": s.Float(0.0, open="low"),
-              "dt_max": s.Float(0.0, open="low"), "bidirectional": s.Bool()}
+              "dt_max": s.Float(0.0, open="low"), "bidirectional": s.Bool(),
+              "scan": s.Choice(("chunked", "associative")), "chunk_size": s.Int(1)}
 
   def check_settings(self) -> None:
     super().check_settings()
@@ -213,7 +217,7 @@ class Mamba(SSMMixer):
   def _direction(self, width: int, name: str) -> Direction:
     return Direction(self.state_size, self.conv_kernel, rank_of(self.dt_rank, width),
                      self.dt_min, self.dt_max, self.dtype, dt_init=name == "forward",
-                     name=name)
+                     scan=self.scan, chunk_size=self.chunk_size, name=name)
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):

@@ -1,6 +1,7 @@
-"""Mamba (Gu & Dao 2023): the selective scan against a sequential loop, the whole block against
-an independent numpy implementation, causality, padding, the bidirectional combination and
-the official initialisation."""
+"""Mamba (Gu & Dao 2023): the selective scan against a sequential loop, the chunked scan against
+the associative one (outputs and gradients), the whole block against an independent numpy
+implementation, causality, padding, the bidirectional combination and the official
+initialisation."""
 import functools
 
 import jax
@@ -12,7 +13,8 @@ from lra import models
 import lra.models.mamba  # noqa: F401  (registers "mamba")
 from lra.training import optim
 from lra.models import registry
-from lra.models.mamba import Mamba, selective_scan
+from lra.models.mamba import Mamba
+from lra.models.selective_scan import chunked_selective_scan, selective_scan
 from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run
@@ -59,6 +61,93 @@ def test_selective_scan_matches_a_sequential_loop():
   expected = np.stack([_scan_loop(u[i], dt[i], a, b[i], c[i], d) for i in range(batch)])
   np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
   assert np.abs(expected - d * u).max() > 0.5  # the recurrence, not just the skip
+
+
+def _scan_inputs(rng, batch=2, inner=5):
+  """u, dt, A, B, C, D of a scan whose recurrence matters (dt large enough to decay)."""
+  u, dt = rng.normal(size=(batch, LENGTH, inner)), rng.uniform(0.05, 1.0, (batch, LENGTH, inner))
+  a = -rng.uniform(0.1, 2.0, (inner, STATE))
+  b, c = rng.normal(size=(2, batch, LENGTH, STATE))
+  return [jnp.asarray(v, jnp.float32) for v in (u, dt, a, b, c, rng.normal(size=inner))]
+
+
+def _value_and_grads(fn, args, cotangent):
+  """fn(*args) and the gradients of <fn(*args), cotangent> with respect to every argument."""
+  loss = lambda *a: jnp.sum(fn(*a) * cotangent)
+  return jax.value_and_grad(loss, argnums=tuple(range(len(args))))(*args), fn(*args)
+
+
+@pytest.mark.parametrize("chunk, group", [(3, 512), (2, 4), (7, 512)])
+def test_chunked_scan_equals_the_associative_scan(chunk, group):
+  """The chunked scan computes selective_scan's function, outputs and the gradients of every
+  input, at a length that is no multiple of the chunk (7 = 3 + 3 + 1, padded), with one group
+  of chunks in the backward pass or several (chunks of 2, groups of 2 chunks: 2 groups), and
+  with one chunk for the whole sequence."""
+  rng = np.random.default_rng(10)
+  args = _scan_inputs(rng)
+  cotangent = jnp.asarray(rng.normal(size=args[0].shape), jnp.float32)
+  chunked = lambda *a: chunked_selective_scan(*a, chunk, group=group)
+  ((_, expected), y_expected), ((_, got), y) = _run(
+      lambda *a: [_value_and_grads(f, a, cotangent) for f in (selective_scan, chunked)], *args)
+  np.testing.assert_allclose(y, y_expected, rtol=1e-5, atol=1e-5)
+  for g, e in zip(got, expected):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+  u, d = np.asarray(args[0]), np.asarray(args[5])
+  assert np.abs(np.asarray(y_expected) - d * u).max() > 0.5  # the recurrence, not the skip
+  assert all(np.abs(np.asarray(e)).max() > 1e-3 for e in expected[:5])  # gradients that matter
+
+
+def test_chunked_mixer_equals_the_associative_mixer():
+  """The bidirectional mixer with scan "chunked" (the default) is the one with scan
+  "associative": the same parameters, and the same outputs and gradients (of the parameters
+  and the input) on rows with trailing padding, by chunks of 2 (no divisor of the length)."""
+  rng = np.random.default_rng(11)
+  x = jnp.asarray(rng.normal(size=(3, LENGTH, WIDTH)), jnp.float32)
+  mask = jnp.asarray(helpers.trailing_mask([LENGTH, 4, 1], LENGTH))
+  cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32) * mask[..., None]
+  reference = Mamba(state_size=STATE, bidirectional=True, scan="associative")
+  chunked = Mamba(state_size=STATE, bidirectional=True, chunk_size=2)
+  p, same = _run(lambda: [_init(reference, x, mask), _init(chunked, x, mask)])
+  assert jax.tree_util.tree_all(jax.tree_util.tree_map(
+      lambda a, b: bool(np.array_equal(a, b)), p, same))  # the same initialisation, too
+  p = _spread(p, seed=12)
+  variables = {"params": jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), p)}
+
+  def outputs_and_grads(mixer):
+    fn = lambda v, x: mixer.apply(v, x, mask, deterministic=True)
+    return _value_and_grads(fn, (variables, x), cotangent)
+
+  ((_, expected), y_expected), ((_, got), y) = _run(
+      lambda: [outputs_and_grads(m) for m in (reference, chunked)])
+  np.testing.assert_allclose(y, y_expected, rtol=1e-5, atol=1e-5)
+  for g, e in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
+    np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+  assert np.abs(np.asarray(y_expected)).max() > 0.1
+
+
+def test_chunked_train_step_holds_no_state_per_position():
+  """The chunked mixer's gradient program has no array of batch x length x inner x state
+  numbers (the associative scan's has): at 4K tokens and the default chunk and group, the
+  largest is a group's states, 512 positions of them (an eighth)."""
+  batch, length, state, width = 2, 4096, 16, 64  # traced only: nothing runs
+  x, mask = jnp.ones((batch, length, width)), jnp.ones((batch, length), bool)
+
+  def largest(mixer):
+    variables = jax.eval_shape(lambda: _init(mixer, x, mask))
+    loss = lambda v, x: jnp.sum(mixer.apply(v, x, mask, deterministic=True))
+    sizes = [0]
+
+    def visit(jaxpr):
+      for eqn in jaxpr.eqns:
+        sizes.extend(int(np.prod(v.aval.shape)) for v in eqn.outvars if hasattr(v.aval, "shape"))
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+          visit(sub)
+    visit(jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(variables, x).jaxpr)
+    return max(sizes)
+
+  states = batch * length * 2 * width * state  # expand 2
+  assert largest(Mamba(state_size=state, scan="associative")) >= states
+  assert largest(Mamba(state_size=state, bidirectional=True)) <= states // 8
 
 
 # --- the whole block against numpy ---
@@ -198,8 +287,10 @@ def test_bidirectional_is_the_mean_of_two_causal_blocks():
 def test_official_initialisation():
   width, state = 256, 16
   x, mask = jnp.zeros((1, 3, width)), jnp.ones((1, 3), bool)
-  mixers = (Mamba(state_size=state, bidirectional=True),
-            Mamba(state_size=state, dt_min=1e-6, dt_max=1e-3, dt_rank=8))
+  # The parameters do not depend on the scan (test_chunked_mixer_equals_the_associative_mixer):
+  # the associative one is cheaper to compile.
+  mixers = (Mamba(state_size=state, bidirectional=True, scan="associative"),
+            Mamba(state_size=state, dt_min=1e-6, dt_max=1e-3, dt_rank=8, scan="associative"))
   params = _run(lambda: [m.init(jax.random.PRNGKey(0), x, mask, deterministic=True)["params"]
                          for m in mixers])
   p = params[0]
@@ -225,7 +316,7 @@ def test_official_initialisation():
     assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.9 * bound
   assert abs(np.var(p["in_proj"]["kernel"]) * 3 * width - 1) < 0.05
   # out_proj / sqrt(n_layer) (the peers' rescale_prenorm_residual, one residual per layer).
-  deep = _run(lambda: Mamba(state_size=state, num_layers=4).init(
+  deep = _run(lambda: Mamba(state_size=state, num_layers=4, scan="associative").init(
       jax.random.PRNGKey(0), x, mask, deterministic=True)["params"])
   assert abs(np.var(deep["out_proj"]["kernel"]) * 3 * inner * 4 - 1) < 0.05
   assert np.abs(deep["out_proj"]["kernel"]).max() <= inner ** -0.5 / 2
@@ -250,7 +341,7 @@ def test_optimizer_group_takes_a_log_d_and_dt_bias_of_both_directions():
 def test_settings_and_errors():
   assert registry.default_settings("mamba") == dict(
       state_size=16, expand=2, conv_kernel=4, dt_rank="auto", dt_min=0.001, dt_max=0.1,
-      bidirectional=False)
+      bidirectional=False, scan="chunked", chunk_size=32)
   for bad, match in ((dict(state_size=0), "state_size=0 .* >= 1"),
                      (dict(expand=1.5), "expand=1.5 .* >= 1"),
                      (dict(conv_kernel=0), "conv_kernel=0 .* >= 1"),
@@ -259,7 +350,9 @@ def test_settings_and_errors():
                      (dict(dt_rank=True), "dt_rank=True"),
                      (dict(dt_min=0.1, dt_max=0.01), "<= config.model.attention.dt_max"),
                      (dict(dt_min=0.0), "dt_min=0.0 .* > 0"),
-                     (dict(bidirectional=1), "True or False")):
+                     (dict(bidirectional=1), "True or False"),
+                     (dict(scan="fast"), "scan='fast' .* 'chunked', 'associative'"),
+                     (dict(chunk_size=0), "chunk_size=0 .* >= 1")):
     with pytest.raises(SettingError, match=match):
       Mamba(**bad)
   with pytest.raises(SettingError, match="attention_dropout_rate"):
