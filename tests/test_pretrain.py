@@ -332,6 +332,19 @@ def test_denoise_runs_are_not_results_and_spt_runs_have_their_own_row(tmp_path):
       "transformer", "transformer_spt", "local", "zz"]
 
 
+def test_an_outside_mixers_spt_row_is_titled_as_the_readme_says(tmp_path):
+  """Issue 34 item 7: `relu_linear (SPT)`, not the row's key `relu_linear_spt`."""
+  _result(tmp_path, "mine", model="relu_linear", test_accuracy=0.4)
+  _result(tmp_path, "mine_spt", model="relu_linear", init={"objective": "denoise"})
+  found = results.collect_results([str(tmp_path)], [], references=lambda t, m: ())
+  table = accuracy.accuracy_table(found, references=lambda t, m: (),
+                                  include_paper_models=False)
+  text = markdown.accuracy_markdown(table)
+  assert "| relu_linear (SPT) |" in text and "| relu_linear |" in text, text
+  assert "relu_linear_spt" not in text
+  assert paper.model_title("transformer_rotary_spt") == "Transformer (rotary) (SPT)"
+
+
 def test_amos_table2_row_agrees_with_its_printed_mean():
   row = paper.SPT_MASKED_ROTARY
   assert tuple(row) == paper.TASKS

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from lra.reporting import comparable, markdown
 from lra.reporting.numbers import fmt
-from lra.reporting.paper import EXTRA_TASKS, MODEL_TITLES, TASK_TITLES, model_order
+from lra.reporting.paper import EXTRA_TASKS, TASK_TITLES, model_order, model_title
 
 
 def beyond_table(results: list[dict], *, references: comparable.References, cell,
@@ -64,7 +64,7 @@ def beyond_markdown(table: dict) -> str:
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   notes, runs = [], []
   for row in table["rows"]:
-    title = MODEL_TITLES.get(row["model"], row["model"])
+    title = model_title(row["model"])
     cells = [title]
     for task in tasks:
       c = row["cells"][task]

@@ -11,7 +11,7 @@ from typing import Any
 
 from lra import paths
 from lra.reporting.numbers import memory_text
-from lra.reporting.paper import MODEL_TITLES, PAPER_MODELS, model_order
+from lra.reporting.paper import PAPER_MODELS, model_order, model_title
 from lra.reporting.speed import speed_tables
 
 _MARKERS = "osD^vP*Xhp<>"
@@ -82,7 +82,7 @@ def _complete_models(figures: dict[str, dict[str, float]]
     missing = [name for name, d in figures.items()
                if d.get(m) is None or not math.isfinite(d[m])]
     if missing:
-      left_out.append(f"{MODEL_TITLES.get(m, m)} (no {', '.join(missing)})")
+      left_out.append(f"{model_title(m)} (no {', '.join(missing)})")
     else:
       shown.append(m)
   return everyone, shown, left_out
@@ -169,7 +169,7 @@ def bubble_chart(path: str, accuracy_by_model: dict[str, float],
             va="center", transform=ax.transAxes)
   bars_note = _points(ax, shown, speed_by_model, accuracy_by_model, areas,
                       {m: style[m][0] for m in shown}, bars)
-  labels = {m: f"{MODEL_TITLES.get(m, m)}{'*' * (m in marked)}\n"
+  labels = {m: f"{model_title(m)}{'*' * (m in marked)}\n"
                 f"{memory_text(memory_by_model[m])}" for m in shown}
   below = list(notes) + (["Left out: " + "; ".join(left_out)] if left_out else []) + (
       ["* accuracy not comparable with the paper's (see accuracy.md)"]
@@ -259,7 +259,7 @@ def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs
   for m in models:
     times, mems, failed = by_model[m]
     mems = [(n, gb * scale) for n, gb in mems]
-    label = MODEL_TITLES.get(m, m) + (f" ({', '.join(failed)})" if failed else "")
+    label = model_title(m) + (f" ({', '.join(failed)})" if failed else "")
     color, marker = style[m]
     for ax, points in ((ax_t, times), (ax_m, mems)):
       if points:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from lra.reporting.numbers import finite, fmt, memory_text, si
-from lra.reporting.paper import MODEL_TITLES, TASK_TITLES
+from lra.reporting.paper import TASK_TITLES, model_title
 from lra.reporting.results import CHECKPOINT_TITLES
 from lra.reporting.paper import SPT, SPT_NOTE  # [SPT]
 
@@ -63,7 +63,7 @@ def _marked_notes(table: dict) -> list[str]:
     for task in table["tasks"]:
       why = row["cells"][task]["not_comparable"]
       if why and row["cells"][task]["ours"] is not None:
-        notes.append(f"- {MODEL_TITLES.get(row['model'], row['model'])} / "
+        notes.append(f"- {model_title(row['model'])} / "
                      f"{TASK_TITLES.get(task, task)}: {_compact(why)}")
   if not notes:
     return []
@@ -79,7 +79,7 @@ def accuracy_markdown(table: dict) -> str:
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   any_assumed = False
   for row in table["rows"]:
-    cells = [MODEL_TITLES.get(row["model"], row["model"])]
+    cells = [model_title(row["model"])]
     for task in tasks:
       c = row["cells"][task]
       cells.append(_accuracy_cell(c["ours"], c["paper"], c["paper_fail"], c["diff"],
@@ -149,7 +149,7 @@ def _chance_notes(table: dict) -> list[str]:
         continue
       judged |= c["chance_judged"] > 0
       if c["chance_judged"] < c["n"]:
-        unjudged.append(f"{MODEL_TITLES.get(row['model'], row['model'])} / "
+        unjudged.append(f"{model_title(row['model'])} / "
                         f"{TASK_TITLES.get(task, task)}"
                         + (f" ({c['n'] - c['chance_judged']} of {c['n']} seeds)"
                            if c["n"] > 1 and c["chance_judged"] else ""))
@@ -169,7 +169,7 @@ def _run_line(model: str, task: str, run: dict) -> str:
   else:
     best = (f"best val {fmt(run['best_val_accuracy'])}% at step {run['best_step']}"
             if run["best_step"] is not None else "no validation")
-  text = (f"- {MODEL_TITLES.get(model, model)} / {TASK_TITLES.get(task, task)}: "
+  text = (f"- {model_title(model)} / {TASK_TITLES.get(task, task)}: "
           f"{run['num_train_steps']} steps, {best}, {run['config']}, on {run['hardware']}")
   if run.get("train_count") is not None:
     text += f"; {run['train_count']} train examples"
@@ -237,7 +237,7 @@ def _length_table(tables: dict, kind: str, cell_text) -> list[str]:
       c = tables[kind][model].get(n)
       text = _status_cell(c)
       cells.append(cell_text(c) if text is None else text)
-    out.append(f"| {MODEL_TITLES.get(model, model)} | " + " | ".join(cells) + " |")
+    out.append(f"| {model_title(model)} | " + " | ".join(cells) + " |")
   return out
 
 
@@ -274,7 +274,7 @@ def _flops_text(c: dict) -> str:
 
 def speed_markdown(tables: dict, machine: dict | None = None) -> str:
   """Three markdown tables: steps/s with ratios, memory, FLOPs and achieved FLOP/s."""
-  baseline = MODEL_TITLES.get(tables["baseline"], tables["baseline"])
+  baseline = model_title(tables["baseline"])
   out = [_machine_line(machine), ""] if machine else []
   out += [f"Training steps per second (ratio to {baseline} at the same length; "
           "paper's ratio on TPU v3 where it has one)", ""]

@@ -85,7 +85,15 @@ PATHX_FAIL_SCORE = 50.0  # the later papers' convention for a failed (chance-lev
 SPT = "_spt"
 SPT_SOURCE = ("Amos, Berant & Gupta, Never Train from Scratch, ICLR 2024 (arXiv 2310.02980), "
               "Table 1")
-MODEL_TITLES.update({f"{m}{SPT}": f"{title} (SPT)" for m, title in list(MODEL_TITLES.items())})
+
+
+def model_title(name: str) -> str:
+  """A row's title: the paper's name of a model ("Transformer"), with " (SPT)" for a row of
+  runs initialised from a denoise run; any other name (an outside mixer's, a variant's) as it
+  is, its SPT row too ("relu_linear (SPT)")."""
+  if name.endswith(SPT):
+    return f"{model_title(name[:-len(SPT)])} (SPT)"
+  return MODEL_TITLES.get(name, name)
 
 # Their Table 1, "Transformers + Causal SPT": Transformers of the sizes of Tay et al.'s Table 1
 # (their Table 4), pretrained on each task's training inputs, then fine-tuned; test accuracy %.
