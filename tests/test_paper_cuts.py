@@ -1,6 +1,7 @@
 """Issue 26's paper cuts: one-line messages with the fix, no noise in logs, data in one place.
 
 (The refusal to resume another model's checkpoints is in tests/test_workdir.py.)"""
+import errno
 import hashlib
 import json
 import logging
@@ -241,6 +242,63 @@ def test_a_same_size_edit_is_found_by_its_hash_and_a_copy_is_not_an_edit(tmp_pat
   test.write_text("".join(lines))
   message = _refused(tasks.load, _listops(copy))
   assert message.startswith(f"{test} was changed after this code made it (its SHA-256"), message
+
+
+def _edit_a_label_keeping_size_and_times(path) -> None:
+  """Issue 34 item 1: every label moved on by one, the size kept and the times set back."""
+  before = os.stat(path)
+  lines = path.read_text().splitlines(keepends=True)
+  path.write_text("".join(l[:-2] + str((int(l[-2]) + 1) % 10) + "\n" if l[-2].isdigit() else l
+                         for l in lines))
+  os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+  assert os.path.getsize(path) == before.st_size
+
+
+def test_an_edit_with_its_modification_time_set_back_is_refused(tmp_path):
+  _generated(tmp_path)
+  assert len(tasks.load(_listops(tmp_path)).splits["train"]["labels"]) == 40  # vouched for
+  train = tmp_path / "basic_train.tsv"
+  _edit_a_label_keeping_size_and_times(train)
+  message = _refused(tasks.load, _listops(tmp_path))
+  assert message.startswith(f"{train} was changed after this code made it (its SHA-256"), message
+
+
+def test_files_are_hashed_once_after_a_copy_and_then_vouched_for(tmp_path, monkeypatch):
+  _generated(tmp_path / "made")
+  copy = tmp_path / "copy"
+  shutil.copytree(tmp_path / "made", copy)  # new inodes and status-change times
+  hashed = []
+  sha256 = record._sha256
+  monkeypatch.setattr(record, "_sha256", lambda path: hashed.append(path) or sha256(path))
+  tasks.load(_listops(copy))
+  assert sorted(os.path.basename(p) for p in hashed) == sorted(listops.FILES.values())
+  hashed.clear()
+  tasks.load(_listops(copy))
+  assert hashed == []  # the stamps in CHECKED vouch for every file
+  _generated(tmp_path / "fresh")  # a folder just made is vouched for from the start
+  hashed.clear()
+  tasks.load(_listops(tmp_path / "fresh"))
+  assert hashed == []
+
+
+def test_a_read_only_folder_is_hashed_on_each_load_and_an_edit_still_refused(tmp_path,
+                                                                           monkeypatch):
+  _generated(tmp_path)
+  (tmp_path / record.CHECKED).unlink()
+  atomic_write = record.paths.atomic_write
+
+  def read_only(path, *args, **kwargs):  # as on a read-only file system (tests run as root)
+    if os.path.basename(path) == record.CHECKED:
+      raise OSError(errno.EROFS, "Read-only file system", str(path))
+    return atomic_write(path, *args, **kwargs)
+
+  monkeypatch.setattr(record.paths, "atomic_write", read_only)
+  assert len(tasks.load(_listops(tmp_path)).splits["train"]["labels"]) == 40
+  train = tmp_path / "basic_train.tsv"
+  _edit_a_label_keeping_size_and_times(train)
+  message = _refused(tasks.load, _listops(tmp_path))
+  assert message.startswith(f"{train} was changed after this code made it (its SHA-256"), message
+  assert not (tmp_path / record.CHECKED).exists()
 
 
 def test_an_edited_prepared_array_is_refused(tmp_path):

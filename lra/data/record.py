@@ -16,10 +16,13 @@ from, and the files it made. It gives three promises:
   when the data is made, so two folders of the same data have the same record. `verify`
   refuses a folder one of whose files is missing or differs, naming the file: training before
   it reads the data, and the writers before they write over it. The check is a stat of each
-  file; a file is hashed again only if it is newer than the record, which is written after
-  every file it lists (an edit, a touch, a copy that did not keep times: `cp -p` and
-  `rsync -a` keep them, so the check stays instant). Records of older versions list names
-  only, and are not checked.
+  file; a file is hashed again unless its inode, size, modification and status-change times
+  are those it had when its hash was last found right (kept in CHECKED beside the record).
+  The status-change time (st_ctime) is the one a user cannot set back: `os.utime` or
+  `touch -d` after an edit moves it on, so an edit is always hashed; a copy or a move is
+  hashed once, then instant again. In a folder this process cannot write, CHECKED is not
+  updated and the files it does not vouch for are hashed on every load (full ListOps: ~1 s,
+  docs/results.md). Records of older versions list names only, and are not checked.
 
 Data a user provides by hand (the LRA release files, raw archives) has no record and is read as
 it is; the record exists for what this code made from it.
@@ -27,6 +30,7 @@ it is; the record exists for what this code made from it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -37,6 +41,7 @@ from lra.data import publish, store
 from lra.errors import UserError
 
 NAME = "lra-data.json"
+CHECKED = ".lra-data-checked.json"  # {file: its stat stamp when its hash last matched}
 FORMAT = 1  # raised when an encoding changes, so data of an older encoding is made again
 CUTTABLE = "max_len"  # rows longer than the config asks for are cut, and the cut is noted
 
@@ -90,10 +95,37 @@ def _entry(folder: str, name: str) -> dict:
   return {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
 
 
+def _stamp(stat: os.stat_result) -> list[int]:
+  """What changes whenever a file's content may have: inode, size, mtime and ctime (the last
+  cannot be set back, so an edit with its mtime restored still shows)."""
+  return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def _read_checked(folder: str) -> dict:
+  """The stamps of CHECKED ({} if absent or unreadable: everything is hashed again)."""
+  try:
+    with open(os.path.join(folder, CHECKED), encoding="utf-8") as f:
+      checked = json.load(f)
+  except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+    return {}
+  return checked if isinstance(checked, dict) else {}
+
+
+def _write_checked(folder: str, checked: dict) -> None:
+  """Keeps the stamps of the files whose hashes matched, where the folder is writable."""
+  try:
+    with paths.atomic_write(os.path.join(folder, CHECKED), "w", encoding="utf-8") as f:
+      json.dump(checked, f, sort_keys=True)
+  except OSError as e:  # a read-only copy of the data: it is hashed on each load instead
+    if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+      raise
+
+
 def _changed(folder: str, files: dict) -> str | None:
   """How the first file that differs from its record entry differs (a phrase naming it), or
-  None. Sizes always; the hash only of a file newer than the record (written after them)."""
-  written = os.stat(os.path.join(folder, NAME)).st_mtime_ns
+  None. Sizes always; the hash of every file whose stamp is not the one CHECKED vouches for."""
+  checked = _read_checked(folder)
+  vouched = dict(checked)
   for name, entry in sorted(files.items()):
     path = os.path.join(folder, name)
     try:
@@ -103,9 +135,13 @@ def _changed(folder: str, files: dict) -> str | None:
     if stat.st_size != entry["bytes"]:
       return (f"{path} was changed after this code made it ({stat.st_size:,} bytes, "
               f"{entry['bytes']:,} in {NAME})")
-    if stat.st_mtime_ns > written and _sha256(path) != entry["sha256"]:
-      return (f"{path} was changed after this code made it (its SHA-256 is not the one in "
-              f"{NAME})")
+    if vouched.get(name) != _stamp(stat):
+      if _sha256(path) != entry["sha256"]:
+        return (f"{path} was changed after this code made it (its SHA-256 is not the one in "
+                f"{NAME})")
+      vouched[name] = _stamp(stat)
+  if vouched != checked:
+    _write_checked(folder, vouched)
   return None
 
 
@@ -130,7 +166,8 @@ def _present(folder: str) -> list[str]:
   found = []
   for root, _, names in os.walk(folder):
     for name in names:
-      if name not in (NAME, publish.LOCK_NAME) and not name.startswith(paths.TEMP_PREFIX):
+      if name not in (NAME, CHECKED, publish.LOCK_NAME) and not name.startswith(
+          paths.TEMP_PREFIX):
         found.append(os.path.relpath(os.path.join(root, name), folder))
   return sorted(found)
 
@@ -207,8 +244,11 @@ def writing(folder: str | os.PathLike, made: dict, files: Iterable[str],
       raise
     for name in sorted(listed - set(files)):  # leftovers of the older data: never read again
       _remove(folder, name)
+    # Each file's stamp is taken before it is hashed: one edited while hashing is not vouched for.
+    stamps = {name: _stamp(os.stat(os.path.join(folder, name))) for name in files}
     _write(folder, {**made, "complete": True,
                     "files": {name: _entry(folder, name) for name in files}})
+    _write_checked(folder, stamps)
 
 
 def is_complete(made: dict | None) -> bool:
