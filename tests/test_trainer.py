@@ -163,7 +163,7 @@ def test_malformed_profile_steps_is_a_user_error(listops_dir, tmp_path, steps):
   assert not os.path.exists(tmp_path / "checkpoints")  # refused before anything ran
 
 
-def test_time_limit_ends_the_run_tested_and_a_rerun_goes_on(listops_dir, tmp_path):
+def test_time_limit_ends_the_run_tested_and_a_rerun_goes_on(listops_dir, tmp_path, capsys):
   """config.max_train_time_s ends a run as its last step would (validated, saved, the best
   checkpoint tested), results.json and the comparability check say so, and running again
   without the limit ends where an uninterrupted run does."""
@@ -185,6 +185,23 @@ def test_time_limit_ends_the_run_tested_and_a_rerun_goes_on(listops_dir, tmp_pat
                                                                             ("test", 1)]
   assert "stopped by max_train_time_s after 1 of 6 steps" in comparable.differences(
       first, paper_configs)
+
+  # Issue 34 item 2: the same command again trains no further step (before, each rerun added
+  # one), says why in one line, tests again and leaves the record as it was.
+  results_json = open(os.path.join(limited, "results.json")).read()
+  rows_of = lambda: [{k: v for k, v in json.loads(l).items() if k != "time"}
+                     for l in open(os.path.join(limited, "metrics.jsonl"))]
+  metrics = rows_of()
+  for _ in range(2):
+    again = trainer.train_and_evaluate(tiny_config(listops_dir, **settings,
+                                                   max_train_time_s=1e-9), limited)
+    assert again["num_train_steps"] == 1 and again["stopped_early"] == first["stopped_early"]
+    assert again["test_accuracy"] == first["test_accuracy"]
+    assert again["train_time_s"] == first["train_time_s"]
+  assert "config.max_train_time_s=1e-09 s is used up" in capsys.readouterr().out
+  assert json.loads(open(os.path.join(limited, "results.json")).read()) == json.loads(
+      results_json)
+  assert rows_of() == metrics  # one test row, as before
 
   second = trainer.train_and_evaluate(tiny_config(listops_dir, **settings), limited)
   straight = str(tmp_path / "straight")

@@ -48,6 +48,13 @@ def say(line: str, bar, config) -> None:
     sys.stdout.flush()
 
 
+def time_spent_line(done: int, total: int, config, used: float) -> str:
+  """A run started with its time limit already used up (by the runs it resumes)."""
+  return (f"config.max_train_time_s={config.max_train_time_s:g} s is used up ({used:.1f} s "
+          f"trained, to step {done}/{total}): no step is trained; testing the best checkpoint "
+          f"again (the same command with a larger limit, or 0, goes on)")
+
+
 def time_stop_line(done: int, total: int, config) -> str:
   return (f"stopped after step {done}/{total}: config.max_train_time_s="
           f"{config.max_train_time_s:g} s of training used; testing the best checkpoint (the "

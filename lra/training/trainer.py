@@ -208,6 +208,15 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
   service = preemption.uses_preemption_service()
   trace = profiling.Trace(config, workdir, start)
   stopped = None
+  if start < total and config.max_train_time_s and meta["train_time_s"] >= \
+      config.max_train_time_s:
+    # Spent by the runs this one resumes (their checkpoint's record, the same in every
+    # process): not one more step, where each rerun would otherwise add one.
+    progress.say(progress.time_spent_line(start, total, config, meta["train_time_s"]), bar,
+                 config)
+    bar.close()
+    return state, {"by": "max_train_time_s", "max_train_time_s": config.max_train_time_s,
+                   "step": start, "planned_num_train_steps": total}
   with bar:
     for step in range(start, total):
       trace.before_step(step)
