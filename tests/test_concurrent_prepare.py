@@ -121,7 +121,7 @@ def _files(root):
       path = os.path.join(folder, name)
       assert stat.S_IMODE(os.stat(path).st_mode) == 0o644, path
       assert not name.startswith(".tmp-"), f"temporary file left behind: {path}"
-      if name != publish.LOCK_NAME:
+      if name not in (publish.LOCK_NAME, record.CHECKED):  # the stamps differ by folder
         with open(path, "rb") as f:
           out[os.path.relpath(path, root)] = f.read()
   return out

@@ -21,7 +21,7 @@ from, and the files it made. It gives three promises:
   The status-change time (st_ctime) is the one a user cannot set back: `os.utime` or
   `touch -d` after an edit moves it on, so an edit is always hashed; a copy or a move is
   hashed once, then instant again. In a folder this process cannot write, CHECKED is not
-  updated and the files it does not vouch for are hashed on every load (full ListOps: ~1 s,
+  updated and the files it does not vouch for are hashed on every load (full ListOps: ~2 s,
   docs/results.md). Records of older versions list names only, and are not checked.
 
 Data a user provides by hand (the LRA release files, raw archives) has no record and is read as
