@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 from flax.training import train_state
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lra import models
@@ -21,7 +20,7 @@ from lra import config_record, paths, provenance
 from lra.data import batches, tasks
 from lra.errors import UserError
 from lra.training import (checkpoint, config_checks, faults, initialise, optim, preemption,
-                          pretrain, profiling, progress, run_record, steps,
+                          pretrain, profiling, progress, run_record, steps, time_limit,
                           workdir as workdir_lib)
 from lra.training.checkpoint import Checkpoints, MismatchError
 from lra.training.writers import MetricWriter
@@ -154,28 +153,6 @@ def _restore(ckpts: Checkpoints, step: int | None, change: dict | None, state, c
   return state, meta
 
 
-def _out_of_time(config, run_start: float, done: int) -> bool:
-  """Whether config.max_train_time_s of training time (counted over resumes, as
-  train_time_s) is used up (0 = no limit). Every process must stop at the same step: with
-  several, process 0's clock decides, at log steps only (one broadcast each)."""
-  if not config.max_train_time_s:
-    return False
-  if jax.process_count() == 1:
-    return time.time() - run_start >= config.max_train_time_s
-  if done % config.log_every:
-    return False
-  used_up = np.bool_(time.time() - run_start >= config.max_train_time_s)
-  return bool(multihost_utils.broadcast_one_to_all(used_up))
-
-
-def _time_stop(config, run_start: float, done: int, total: int) -> dict | None:
-  """The record of a run that config.max_train_time_s ends after step `done`, or None."""
-  if done >= total or not _out_of_time(config, run_start, done):
-    return None
-  return {"by": "max_train_time_s", "max_train_time_s": config.max_train_time_s,
-          "step": done, "planned_num_train_steps": total}
-
-
 def _note_validation(done: int, val: dict, state, ckpts: Checkpoints, meta: dict,
                      writer: MetricWriter) -> None:
   """Writes a validation and saves the best checkpoint when it is the best so far."""
@@ -186,6 +163,15 @@ def _note_validation(done: int, val: dict, state, ckpts: Checkpoints, meta: dict
       ckpts.save_best(done, state, meta)
 
 
+def _bar(config, start: int, total: int):
+  """The progress bar. It redraws with \\r: only on a terminal; a log file gets the lines
+  of progress.say instead."""
+  return tqdm.tqdm(total=total, initial=start, desc=f"{config.task}/{config.model.name}",
+                   disable=(not config.progress or jax.process_index() != 0
+                            or not sys.stderr.isatty()),
+                   mininterval=1.0, dynamic_ncols=True)
+
+
 def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, sharding,
            state, ckpts: Checkpoints, meta: dict, writer: MetricWriter):
   """Steps from the state's step to config.num_train_steps (or until config.max_train_time_s
@@ -194,11 +180,7 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
   start, total = int(state.step), config.num_train_steps
   dropout_rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)
   schedule = optim.learning_rate_schedule(config)  # for logging; built once
-  # A bar redraws with \r: only on a terminal. A log file gets the lines of _say instead.
-  bar = tqdm.tqdm(total=total, initial=start, desc=f"{config.task}/{config.model.name}",
-                  disable=(not config.progress or jax.process_index() != 0
-                           or not sys.stderr.isatty()),
-                  mininterval=1.0, dynamic_ncols=True)
+  bar = _bar(config, start, total)
   # Train sums of a log interval cut short by a stop: the resumed run logs what one
   # uninterrupted run would (float32 -> JSON float -> float32 is exact).
   pending = meta.pop("train_sums", None)
@@ -207,16 +189,9 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
   run_start = time.time() - meta["train_time_s"]
   service = preemption.uses_preemption_service()
   trace = profiling.Trace(config, workdir, start)
-  stopped = None
-  if start < total and config.max_train_time_s and meta["train_time_s"] >= \
-      config.max_train_time_s:
-    # Spent by the runs this one resumes (their checkpoint's record, the same in every
-    # process): not one more step, where each rerun would otherwise add one.
-    progress.say(progress.time_spent_line(start, total, config, meta["train_time_s"]), bar,
-                 config)
-    bar.close()
-    return state, {"by": "max_train_time_s", "max_train_time_s": config.max_train_time_s,
-                   "step": start, "planned_num_train_steps": total}
+  stopped = time_limit.spent(config, start, total, meta, bar)
+  if stopped is not None:
+    return state, stopped
   with bar:
     for step in range(start, total):
       trace.before_step(step)
@@ -231,7 +206,7 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
       bar.update(1)
       # Out of time: this step ends the run as the last step would (logged, validated,
       # saved), and the best checkpoint is tested. At least one step is trained per start.
-      stopped = _time_stop(config, run_start, done, total)
+      stopped = time_limit.stop(config, run_start, done, total)
       is_log = done % config.log_every == 0 or stopped is not None
       is_eval = done % config.eval_every == 0 or done == total or stopped is not None
       if is_log or is_eval or done % config.checkpoint_every == 0:
