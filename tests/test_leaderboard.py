@@ -389,6 +389,32 @@ def test_spt_grid_killed_in_the_fine_tune_skips_the_pretraining_and_resumes(tmp_
   assert set(_table_cells(root)) == {("transformer_spt", "listops")}
 
 
+@pytest.mark.slow  # four training runs
+@pytest.mark.commands
+def test_spt_grid_given_more_steps_refuses_the_fine_tune_of_the_old_pretraining(tmp_path, cache):
+  """Issue 34 item 3: the pretraining goes on to the new step count and its best checkpoint
+  moves; the fine-tune that started from the old one is refused in one line (it would go on
+  from the old encoder under a "(SPT)" row of the longer grid), and keeps what it saved."""
+  root = tmp_path / "grid"
+  args = [*SPT, f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)),
+          "--config.warmup_steps=1"]  # the learning rate at its peak from the start
+  first = _leaderboard(*args)
+  assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+  pretrain, spt = _spt_runs(root)
+  before = json.loads((spt / "results.json").read_text())
+  # Validated at every step of the longer run, so that its best checkpoint moves on.
+  longer = _leaderboard(*args, "--config.num_train_steps=20", "--config.eval_every=1")
+  assert longer.returncode != 0, longer.stdout[-3000:]
+  moved = json.loads((pretrain / "results.json").read_text())["best_step"]
+  assert before["init"]["checkpoint"] == "best/2" and moved > 2, moved  # the premise
+  lines = _progress(longer.stdout)
+  assert lines[-1].startswith("[2/2] listops/transformer-cpu_spt: FAILED (exit 1: error: "), lines
+  assert (f"was started from the encoder of config.init_from={pretrain}, which has changed "
+          f"since (best/2 then, best/{moved} now)") in lines[-1]
+  assert "a new --root" in lines[-1]
+  assert json.loads((spt / "results.json").read_text()) == before
+
+
 def test_a_failed_pretraining_leaves_its_fine_tune_not_run(tmp_path, monkeypatch, capsys):
   args = leaderboard.parse_args([*SPT, f"--root={tmp_path}", "--seeds=0,1"])
   runs = leaderboard.plan(args)

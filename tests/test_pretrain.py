@@ -243,6 +243,34 @@ def test_fine_tune_records_its_source_and_a_resume_keeps_its_own_encoder(pretrai
   assert second["num_train_steps"] == 4 and second["init"] == first["init"]
 
 
+def test_a_resumed_fine_tune_whose_source_trained_on_is_refused(listops_dir, tmp_path):
+  """Issue 34 item 3: the source run goes on after the fine-tune started from it (its best
+  checkpoint is now another): the fine-tune would go on from the old encoder, so it is refused
+  in one line with nothing lost, or goes on with --allow_config_change, recorded."""
+  source, ft = str(tmp_path / "pre"), str(tmp_path / "ft")
+  pre = tiny_config(listops_dir, objective="denoise", num_train_steps=2, eval_every=2,
+                    checkpoint_every=2)  # one validation: best/2
+  trainer.train_and_evaluate(pre, source)
+  config = tiny_config(listops_dir, init_from=source, num_train_steps=2, eval_every=2)
+  first = trainer.train_and_evaluate(config, ft)
+  saved = sorted(os.listdir(os.path.join(ft, "checkpoints")))
+  pre.seed = 1  # the source made again: another encoder at the same checkpoint step
+  shutil.rmtree(source)
+  trainer.train_and_evaluate(pre, source)
+  config.num_train_steps = 4
+  with pytest.raises(UserError) as e:
+    trainer.train_and_evaluate(config, ft)
+  moved = "best/2 made with other settings now"  # the grid's test has "best/2 then, best/N now"
+  assert f"config.init_from={source}, which has changed since ({moved})" in str(e.value), str(e.value)
+  assert "--allow_config_change" in str(e.value) and "\n" not in str(e.value)
+  assert sorted(os.listdir(os.path.join(ft, "checkpoints"))) == saved
+  with open(os.path.join(ft, "results.json")) as f:
+    assert json.load(f) == json.loads(json.dumps(first))  # as the first run left it
+  went_on = trainer.train_and_evaluate(config, ft, allow_config_change=True)
+  assert went_on["num_train_steps"] == 4 and went_on["init"] == first["init"]
+  assert went_on["config_changes"][-1]["init_from_changed"] == moved
+
+
 def _pair_task(config):
   """A made-up pair task of Retrieval's vocabulary (byte ids 1..256, 0 pads)."""
   rng = np.random.default_rng(4)
@@ -269,6 +297,78 @@ def test_pair_task_pretrains_and_fine_tunes_its_one_encoder(listops_dir, tmp_pat
   record = _check_loads_exactly(pair(init_from=str(tmp_path / "pre")), str(tmp_path / "x"))
   fine = trainer.train_and_evaluate(pair(init_from=str(tmp_path / "pre")), str(tmp_path / "ft"))
   assert fine["init"] == record and "test_accuracy" in fine
+
+
+def _check_mask_row(source, config, workdir, done: str | None):
+  """initialise.load from `source` into the run of `config`: every parameter but the mask
+  token's row is the source's bit for bit; that row is dropped, or kept as initialised here
+  (`done`, as the record says); the run then trains."""
+  found = initialise.find(config, workdir)
+  task = tasks.load(config)
+  model = trainer.build_model(config, task, initialise.needs_mask_token(config, found))
+  mesh = trainer.make_mesh()
+  fresh = trainer.create_state(model, task, config, mesh)
+  loaded, record = initialise.load(found, fresh, mesh)
+  assert record["mask_token"] == done
+  saved = checkpoint.restore_raw(source, found.kind, found.step, mesh)
+  theirs = _leaves(saved["params"]["params"]["encoder"])
+  ours = _leaves(loaded.params["params"]["encoder"])
+  table = "['embed']['embedding']"
+  rows = ours[table].shape[0]
+  assert rows == LISTOPS_VOCAB + (config.objective == "denoise")
+  for key, value in theirs.items():
+    if key == table:  # the vocabulary's rows
+      ours[key], value = ours[key][:LISTOPS_VOCAB], value[:LISTOPS_VOCAB]
+    np.testing.assert_array_equal(ours[key], value, key)
+  if done == "initialised here":
+    np.testing.assert_array_equal(_leaves(loaded.params["params"]["encoder"])[table][-1],
+                                  _leaves(fresh.params["params"]["encoder"])[table][-1])
+  run = trainer.train_and_evaluate(config, workdir)
+  assert run["init"] == record and run["num_train_steps"] == config.num_train_steps
+
+
+def test_init_from_chains_through_the_mask_token_row(pretrained, listops_dir, tmp_path):
+  """Issue 34 item 6: a denoise run's token table has the mask token's row, a classifier's
+  (from scratch, or from a fine-tune) may not: every chain loads, the rows of the vocabulary
+  exactly."""
+  short = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}
+  scratch, ft = str(tmp_path / "scratch"), str(tmp_path / "ft")
+  trainer.train_and_evaluate(tiny_config(listops_dir, **short), scratch)
+  trainer.train_and_evaluate(tiny_config(listops_dir, init_from=pretrained.workdir, **short), ft)
+  denoise = dict(short, objective="denoise")
+  _check_mask_row(scratch, tiny_config(listops_dir, init_from=scratch, **denoise),
+                  str(tmp_path / "a"), "initialised here")  # classifier -> denoise
+  _check_mask_row(pretrained.workdir, tiny_config(listops_dir, init_from=pretrained.workdir,
+                                                  **denoise), str(tmp_path / "b"), None)
+  _check_mask_row(ft, tiny_config(listops_dir, init_from=ft, **short), str(tmp_path / "c"),
+                  "dropped")  # a fine-tune (it has the row) -> a classifier
+  _check_mask_row(ft, tiny_config(listops_dir, init_from=ft, **denoise), str(tmp_path / "d"),
+                  None)
+
+
+def test_init_from_a_run_whose_checkpoints_are_damaged_names_the_file(listops_dir, tmp_path):
+  """Issue 34 item 5: the run did save a checkpoint; the line says it is damaged, and which
+  file, and leaves it as it is."""
+  source = tmp_path / "pre"
+  trainer.train_and_evaluate(tiny_config(listops_dir, num_train_steps=2, eval_every=2,
+                                         checkpoint_every=2), str(source))
+  cut = []
+  for kind in ("best", "checkpoints"):
+    files = sorted((p for p in (source / kind / "2").rglob("*") if p.is_file()),
+                   key=lambda p: p.stat().st_size)
+    size = files[-1].stat().st_size
+    os.truncate(files[-1], size // 2)
+    cut.append((files[-1], files[-1].relative_to(source / kind / "2"), size // 2))
+  with pytest.raises(UserError) as e:
+    trainer.train_and_evaluate(tiny_config(listops_dir, init_from=str(source)),
+                               str(tmp_path / "ft"))
+  line = str(e.value)
+  assert line.startswith(f"config.init_from={source}: its checkpoints are damaged (") and \
+      "\n" not in line, line
+  for path, rel, size in cut:
+    assert f"{path.parents[len(rel.parts) - 1]}: {rel} has {size} bytes" in line, line
+  assert all(path.stat().st_size == size for path, _, size in cut)  # nothing moved or mended
+  assert not (tmp_path / "ft" / "metrics.jsonl").exists()
 
 
 # --- one line for every bad value -----------------------------------------------------------

@@ -103,15 +103,19 @@ def newest_intact(workdir, kind: str, notes: list[str],
   return None
 
 
-def find_intact(workdir, kinds=("best", "checkpoints")) -> tuple[str, int, dict | None] | None:
+def find_intact(workdir, kinds=("best", "checkpoints"),
+                damaged: list[str] | None = None) -> tuple[str, int, dict | None] | None:
   """(kind, step, meta) of the newest intact step in the first of WORKDIR/KIND that has one,
-  or None. Reads only: damaged steps are passed over, never moved (another run's workdir)."""
+  or None. Reads only: damaged steps are passed over, never moved (another run's workdir),
+  each added to `damaged` as "FOLDER: why"."""
   for kind in kinds:
     folder = paths.resolve(workdir) / kind
     for step in _steps(folder):
       meta, why = check(folder / str(step))
       if why is None:
         return kind, step, meta
+      if damaged is not None:
+        damaged.append(f"{folder / str(step)}: {why}")
   return None
 
 

@@ -14,6 +14,7 @@ import hashlib
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -54,7 +55,12 @@ def find(config, workdir) -> Source | None:
   if not folder.exists():
     raise UserError(f"{where}: no such run directory (train the run to start from first)")
   recorded = workdir_lib.read_json(folder / "config.json")
-  found = checkpoint.find_intact(folder)
+  damaged = []
+  found = checkpoint.find_intact(folder, damaged=damaged)
+  if found is None and damaged:  # it saved checkpoints, and none is whole
+    raise UserError(f"{where}: its checkpoint{'s are' if len(damaged) > 1 else ' is'} "
+                    f"damaged ({'; '.join(damaged)}); rerun that run's command (it sets a "
+                    f"damaged checkpoint aside and trains again), or name another run")
   if recorded is None or found is None:
     raise UserError(f"{where} holds no {'config.json' if recorded is None else 'checkpoint'}"
                     f" of a run; name the --workdir of a run that has saved a checkpoint")
@@ -66,6 +72,24 @@ def find(config, workdir) -> Source | None:
                     f"{config.model.name!r} on {config.task!r}: start from a run of the same "
                     f"model and task")
   return Source(str(folder), recorded, kind, step)
+
+
+def changed_since(config, workdir, started: dict | None) -> str | None:
+  """For a resumed run that started from config.init_from's encoder (`started`, the record
+  `load` made): how that run's chosen checkpoint differs now ("best/10 then, best/20 now"; it
+  trained on, or was made again), or None. A source that is gone is none: a resume needs only
+  its own checkpoints."""
+  if not started or not config.get("init_from"):
+    return None
+  if not paths.resolve(config.init_from).exists():
+    return None
+  now = find(config, workdir)
+  then = started.get("checkpoint"), started.get("config_sha256")
+  if (f"{now.kind}/{now.step}", _config_hash(now.config)) == then:
+    return None
+  if then[0] != f"{now.kind}/{now.step}":
+    return f"{then[0]} then, {now.kind}/{now.step} now"
+  return f"{then[0]} made with other settings now"
 
 
 def needs_mask_token(config, source: Source | None, started: dict | None = None) -> bool:
@@ -96,13 +120,37 @@ def _check_fits(source: Source, theirs, ours, what: str) -> None:
                       f"it was trained with (its config.json)")
 
 
+def _fit_mask_token(theirs: dict, ours: dict) -> tuple[dict, str | None]:
+  """The source's encoder with the mask token's parameter (the token table's last row, or
+  the linear encoder's mask_embed) made as this run has it, and what was done (None: nothing).
+  A run without it drops the source's (a classifier is never given the mask token); a run with
+  it keeps the one it initialised (from a classifier: no run has learned it yet)."""
+  theirs = dict(theirs)
+  table = lambda tree: np.shape(((tree.get("embed") or {}).get("embedding")))
+  a, b = table(theirs), table(ours)
+  if len(a) == len(b) == 2 and a[1] == b[1] and abs(a[0] - b[0]) == 1:
+    rows = theirs["embed"]["embedding"]
+    rows = rows[:-1] if a[0] > b[0] else jnp.concatenate(
+        [rows, ours["embed"]["embedding"][-1:]], axis=0)
+    theirs["embed"] = {**theirs["embed"], "embedding": rows}
+    return theirs, "dropped" if a[0] > b[0] else "initialised here"
+  if ("mask_embed" in theirs) != ("mask_embed" in ours):
+    if "mask_embed" in theirs:
+      theirs.pop("mask_embed")
+      return theirs, "dropped"
+    return {**theirs, "mask_embed": ours["mask_embed"]}, "initialised here"
+  return theirs, None
+
+
 def load(source: Source, state, mesh):
   """(state with the source's encoder, head and optimiser state fresh, record for
   results.json). Refuses an encoder of other shapes in one line."""
   saved = checkpoint.restore_raw(source.workdir, source.kind, source.step, mesh)
   params = dict(state.params["params"])
-  _check_fits(source, saved["params"]["params"].get(ENCODER, {}), params[ENCODER], "encoder")
-  params[ENCODER] = saved["params"]["params"][ENCODER]
+  theirs, mask_token = _fit_mask_token(saved["params"]["params"].get(ENCODER, {}),
+                                       params[ENCODER])
+  _check_fits(source, theirs, params[ENCODER], "encoder")
+  params[ENCODER] = theirs
   stats = dict(state.batch_stats or {})
   if ENCODER in stats or ENCODER in (saved.get("batch_stats") or {}):
     theirs = (saved.get("batch_stats") or {}).get(ENCODER, {})
@@ -113,4 +161,4 @@ def load(source: Source, state, mesh):
   state = state.replace(params=new_params, batch_stats=stats, opt_state=opt_state)
   return state, {"workdir": source.workdir, "checkpoint": f"{source.kind}/{source.step}",
                  "step": source.step, "objective": source.objective,
-                 "config_sha256": _config_hash(source.config)}
+                 "config_sha256": _config_hash(source.config), "mask_token": mask_token}

@@ -133,7 +133,18 @@ def _check_run(config, workdir, allow_change: bool) -> tuple[int | None, dict | 
   # The settings the checkpoints were made with; config.json for a run that saved none yet.
   reference = (meta or {}).get("config") or workdir_lib.read_json(workdir / "config.json")
   change = workdir_lib.check_resume(config, workdir, reference, step or 0, allow_change)
-  return step, change, (meta or {}).get("init")
+  started = (meta or {}).get("init")
+  moved = initialise.changed_since(config, workdir, started) if step is not None else None
+  if moved and not allow_change:
+    raise UserError(f"{workdir} was started from the encoder of config.init_from="
+                    f"{config.init_from}, which has changed since ({moved}): it would go on "
+                    f"from the old encoder. Use a new --workdir (a leaderboard grid: a new "
+                    f"--root) to fine-tune from the new one, or add {workdir_lib.ALLOW_FLAG} "
+                    f"to go on from the old one (recorded in its results.json)")
+  if moved:
+    change = {**(change or {"step": step, "changes": {}, "after_divergence": []}),
+              "init_from_changed": moved, workdir_lib.ALLOW_FLAG: True}
+  return step, change, started
 
 
 def _restore(ckpts: Checkpoints, step: int | None, change: dict | None, state, config,
