@@ -1,6 +1,7 @@
 """Self-pretraining: the denoise objective (lra/training/pretrain.py), a run started from another
 run's encoder (config.init_from, lra/training/initialise.py), both through the one trainer, and
 how the reports show them."""
+import importlib
 import json
 import os
 import shutil
@@ -443,6 +444,38 @@ def test_an_outside_mixers_spt_row_is_titled_as_the_readme_says(tmp_path):
   assert "| relu_linear (SPT) |" in text and "| relu_linear |" in text, text
   assert "relu_linear_spt" not in text
   assert paper.model_title("transformer_rotary_spt") == "Transformer (rotary) (SPT)"
+
+
+def test_a_run_from_a_classifiers_encoder_is_a_row_of_its_own(listops_dir, tmp_path):
+  """Issue 35: a run started from a finished classification run (init.objective classify) is
+  `eval.py accuracy`'s "Transformer (from classify run)" row, marked not comparable with the
+  paper's from-scratch rows, and never pooled with the seeds from scratch."""
+  short = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}
+  runs = tmp_path / "runs"
+  base = str(runs / "base1")
+  trainer.train_and_evaluate(tiny_config(listops_dir, **short), base)
+  trainer.train_and_evaluate(tiny_config(listops_dir, seed=1, **short), str(runs / "seed1"))
+  from_base = trainer.train_and_evaluate(tiny_config(listops_dir, seed=1, init_from=base,
+                                                     **short), str(runs / "b"))
+  assert from_base["init"]["objective"] == "classify"
+  out = tmp_path / "table"
+  importlib.import_module("eval").main(["accuracy", str(runs), f"--out={out}"])
+  table = json.loads((out / "accuracy.json").read_text())
+  cells = {row["model"]: row["cells"]["listops"] for row in table["rows"]}
+  assert set(cells) == {"transformer", "transformer_from_classify"}
+  assert cells["transformer"]["n"] == 2 and cells["transformer_from_classify"]["n"] == 1
+  assert cells["transformer_from_classify"]["ours"] == pytest.approx(
+      100 * from_base["test_accuracy"])
+  why = f"started from the encoder of a classify run (config.init_from={base}); the paper's runs"
+  assert any(w.startswith(why) for w in cells["transformer_from_classify"]["not_comparable"])
+  assert not any("started from" in w for w in cells["transformer"]["not_comparable"])
+  assert cells["transformer_from_classify"]["paper"] is None
+  text = (out / "accuracy.md").read_text()
+  assert "| Transformer (from classify run) |" in text and paper.FROM_NOTE in text, text
+  assert paper.SPT_NOTE not in text
+  assert paper.model_order(["transformer_from_classify", "transformer_spt", "transformer"]) == [
+      "transformer", "transformer_spt", "transformer_from_classify"]
+  assert paper.model_title("x_from_run") == "x (from another run)"
 
 
 def test_amos_table2_row_agrees_with_its_printed_mean():

@@ -79,6 +79,11 @@ def differences(result: dict, references: References) -> list[str]:
   reference configs that `references` makes."""
   changed = ["settings changed on a resume (config_changes)"] if result.get(
       "config_changes") else []
+  init = result.get("init")
+  if isinstance(init, dict) and init.get("objective") != "denoise":  # SPT has its own figures
+    changed.append(f"started from the encoder of a {init.get('objective', 'recorded')} run "
+                   f"(config.init_from={init.get('workdir')}); the paper's runs start from "
+                   f"scratch")
   stopped = result.get("stopped_early")
   if isinstance(stopped, dict):
     changed.append(f"stopped by {stopped.get('by')} after {stopped.get('step')} of "

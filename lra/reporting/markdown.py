@@ -4,9 +4,9 @@ from __future__ import annotations
 import json
 
 from lra.reporting.numbers import finite, fmt, memory_text, si
-from lra.reporting.paper import TASK_TITLES, model_title
+from lra.reporting.paper import (FROM_CLASSIFY, FROM_NOTE, FROM_RUN, SPT, SPT_NOTE,
+                                  TASK_TITLES, model_title, split_source)
 from lra.reporting.results import CHECKPOINT_TITLES
-from lra.reporting.paper import SPT, SPT_NOTE  # [SPT]
 
 
 def _compare(text: str, paper: float | None, paper_fail: bool = False,
@@ -100,8 +100,11 @@ def accuracy_markdown(table: dict) -> str:
             "Averages are given only when all five other tasks are present."]
   if any_assumed:
     lines.append("† no Path-X run: counted as 50 in Avg6.")
-  if any(row["model"].endswith(SPT) for row in table["rows"]):  # [SPT]
+  suffixes = {split_source(row["model"])[1] for row in table["rows"]}
+  if SPT in suffixes:  # [SPT]
     lines.append(SPT_NOTE)
+  if suffixes & {FROM_CLASSIFY, FROM_RUN}:
+    lines.append(FROM_NOTE)
   lines += _marked_notes(table)
   runs = [(row["model"], t, row["cells"][t]["run"]) for row in table["rows"] for t in tasks
           if row["cells"][t]["run"]]

@@ -85,14 +85,34 @@ PATHX_FAIL_SCORE = 50.0  # the later papers' convention for a failed (chance-lev
 SPT = "_spt"
 SPT_SOURCE = ("Amos, Berant & Gupta, Never Train from Scratch, ICLR 2024 (arXiv 2310.02980), "
               "Table 1")
+# Any other run started from another run's encoder (a classifier's, or of an objective this
+# code does not know) is a row of its own too: never pooled with runs from scratch, and with
+# no paper figure (the paper's runs are from scratch).
+FROM_CLASSIFY, FROM_RUN = "_from_classify", "_from_run"
+SOURCE_SUFFIXES = {SPT: "SPT", FROM_CLASSIFY: "from classify run", FROM_RUN: "from another run"}
+FROM_NOTE = ("(from classify run) and (from another run) rows: runs started from the encoder "
+             "of a run that was not a denoise pretraining (config.init_from; results.json's "
+             "init names it); the paper's runs start from scratch, so no paper figure stands "
+             "beside them.")
+
+
+def split_source(name: str) -> tuple[str, str]:
+  """(the model's row name, the suffix of the run it started from, "" for none):
+  "transformer_spt" -> ("transformer", "_spt")."""
+  for suffix in SOURCE_SUFFIXES:
+    if name.endswith(suffix):
+      return name[:-len(suffix)], suffix
+  return name, ""
 
 
 def model_title(name: str) -> str:
   """A row's title: the paper's name of a model ("Transformer"), with " (SPT)" for a row of
-  runs initialised from a denoise run; any other name (an outside mixer's, a variant's) as it
-  is, its SPT row too ("relu_linear (SPT)")."""
-  if name.endswith(SPT):
-    return f"{model_title(name[:-len(SPT)])} (SPT)"
+  runs initialised from a denoise run, " (from classify run)" for one from a classifier; any
+  other name (an outside mixer's, a variant's) as it is, those rows too ("relu_linear
+  (SPT)")."""
+  base, suffix = split_source(name)
+  if suffix:
+    return f"{model_title(base)} ({SOURCE_SUFFIXES[suffix]})"
   return MODEL_TITLES.get(name, name)
 
 # Their Table 1, "Transformers + Causal SPT": Transformers of the sizes of Tay et al.'s Table 1
@@ -124,9 +144,10 @@ SPT_NOTE = (f"(SPT) rows: runs initialised from a denoise run (config.init_from)
 
 
 def model_order(names: Iterable[str]) -> list[str]:
-  """Paper order first, then any other model alphabetically; a model's SPT row after it."""
+  """Paper order first, then any other model alphabetically; a model's rows from another
+  run's encoder (SPT, from a classifier) after it."""
   def key(name: str):
-    base = name[:-len(SPT)] if name.endswith(SPT) else name
+    base, suffix = split_source(name)
     rank = PAPER_MODELS.index(base) if base in PAPER_MODELS else len(PAPER_MODELS)
-    return rank, base, name != base
+    return rank, base, list(SOURCE_SUFFIXES).index(suffix) + 1 if suffix else 0
   return sorted(set(names), key=key)

@@ -7,7 +7,7 @@ from typing import Any
 from lra import paths
 from lra.reporting import comparable, seeds
 from lra.reporting.numbers import finite
-from lra.reporting.paper import EXTRA_TASKS, SPT, TASKS
+from lra.reporting.paper import EXTRA_TASKS, FROM_CLASSIFY, FROM_RUN, SPT, TASKS
 from lra.rules import is_int, is_real
 
 
@@ -124,7 +124,9 @@ def run_label(result: dict) -> str:
   exact O(N)-memory implementation, `mega_chunk` for Mega attending within chunks, `windowW`
   for the Longformer mixer without global tokens (the grid's window-limited control),
   `NAME_rotary` for rotary positions (the names lra.commands.leaderboard gives them), each a row
-  of its own."""
+  of its own; a run started from another run's encoder adds its source, `_spt` (a denoise
+  run), `_from_classify` or `_from_run` (lra.reporting.paper), and is never pooled with runs
+  from scratch."""
   config = result.get("config")
   model = (config.get("model") or {}) if isinstance(config, dict) else {}
   model = model if isinstance(model, dict) else {}
@@ -138,8 +140,9 @@ def run_label(result: dict) -> str:
     name = f"window{attention['window']}"  # attention within w tokens only, in every layer
   if model.get("positions") == "rotary":
     name += "_rotary"
-  if isinstance(result.get("init"), dict) and result["init"].get("objective") == "denoise":
-    name += SPT  # [SPT] initialised from a denoise run: a row of its own
+  init = result.get("init")
+  if isinstance(init, dict):  # started from another run's encoder: a row of its own
+    name += {"denoise": SPT, "classify": FROM_CLASSIFY}.get(init.get("objective"), FROM_RUN)
   if isinstance(attention, dict) and attention.get("implementation") == "chunked":
     return f"{name}_chunked"
   return name
