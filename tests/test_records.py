@@ -70,6 +70,38 @@ def _events(folder) -> list:
   return events
 
 
+def _scalars(folder) -> list[tuple[str, int, float]]:
+  """The scalars TensorBoard shows from `folder`: (tag, step, value) in the order written, less
+  those that a later SessionLog START at step S hides (every event before it at a step >= S,
+  as TensorBoard's reader purges them)."""
+  from tensorboardX.proto import event_pb2
+  shown = []
+  for event in _events(folder):
+    if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+      shown = [s for s in shown if s[1] < event.step]
+    elif event.HasField("summary"):
+      shown += [(v.tag, event.step, v.simple_value) for v in event.summary.value
+                if v.WhichOneof("value") == "simple_value"]
+  return shown
+
+
+def test_a_rerun_or_resume_shows_each_tensorboard_scalar_once(listops_dir, tmp_path):
+  """Issue 36 item 1: a finished run run again tests again; TensorBoard shows its test events
+  once, and every scalar as metrics.jsonl has it, after a resume with more steps too."""
+  config = tiny_config(listops_dir, num_train_steps=4)
+  workdir = tmp_path / "run"
+  for steps in (4, 4, 6):
+    config.num_train_steps = steps
+    trainer.train_and_evaluate(config, str(workdir))
+    shown = _scalars(workdir / "tensorboard")
+    assert len({(tag, step) for tag, step, _ in shown}) == len(shown), shown
+    rows = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
+    expected = {(k, r["step"]): v for r in rows for k, v in r.items()
+                if k not in ("step", "kind", "time")}
+    assert {(tag, step): v for tag, step, v in shown} == pytest.approx(expected, rel=1e-6)
+  assert [step for tag, step, _ in shown if tag == "test_accuracy"] == [6]
+
+
 def _wandb_records(folder) -> list:
   """The records of the one offline W&B run under `folder`: its run-ID.wandb file is W&B's
   LevelDB-style log (a 7-byte header, then 32 KiB blocks of chunks: CRC, length, type)."""

@@ -8,7 +8,8 @@ command and the tests read it. Only process 0 writes; the other processes' write
 Each metrics.jsonl row: {"step", "kind" (train, val or test), "time" (UTC, ISO 8601), metrics}.
 A run resumed from the checkpoint of step S first drops the rows that the interrupted run wrote
 after it (step > S, and any test rows): the file then reads as one uninterrupted run would have
-written it. TensorBoard drops its own events past S the same way (purge_step). Weights & Biases
+written it. TensorBoard drops its own events from S on the same way (purge_step) and is given
+the kept rows of step S again, so a rerun of a finished run has its test events once. Weights & Biases
 cannot drop what it has: a resumed run continues the same W&B run (its id is kept in
 WORKDIR/wandb_run_id), whose rows past S stay, and it ignores rows at steps it already has.
 
@@ -118,6 +119,18 @@ class _JsonLines:
     if not self._remote:
       self._file = open(os.fspath(self._path), "a")
 
+  def rows_at(self, step: int) -> list[dict[str, float]]:
+    """The metrics of the kept rows of `step`, in order (what a resume at it replays)."""
+    rows = []
+    for line in self._text.splitlines():
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      if isinstance(row, dict) and row.get("step") == step:
+        rows.append({k: v for k, v in row.items() if k not in ("step", "kind", "time")})
+    return rows
+
   def write(self, step: int, metrics: dict[str, float]) -> None:
     time = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
     line = json.dumps({"step": step, "kind": kind_of(metrics), "time": time, **metrics}) + "\n"
@@ -152,13 +165,17 @@ class _TensorBoard:
   """Scalars to WORKDIR/tensorboard; with a config, its text and hparams at the start and the
   hparams session's end at close."""
 
-  def __init__(self, workdir, resume_step: int, config=None, restarted: bool = False):
+  def __init__(self, workdir, resume_step: int, config=None, restarted: bool = False,
+               replay=()):
     from tensorboardX import SummaryWriter  # imported here: only process 0 writes
     self._dir = paths.LocalStaging(workdir / TENSORBOARD_DIR)
-    # Events at steps after the checkpoint (written before the stop) are dropped; a restart
-    # from step 0 hides all of the earlier run's.
-    self._tb = SummaryWriter(self._dir.path, purge_step=resume_step + 1
-                             if resume_step or restarted else None)
+    # A resume at step S hides the events from S on (TensorBoard drops them on reading) and
+    # writes S's again from metrics.jsonl (`replay`): a run's test events at S, or those after
+    # its checkpoint, are never there twice. A restart from step 0 hides all earlier events.
+    self._tb = SummaryWriter(self._dir.path, purge_step=resume_step
+                             if resume_step else (1 if restarted else None))
+    for metrics in replay:
+      self.write(resume_step, metrics)
     self._config = config
     if config is not None:
       from tensorboardX import summary
@@ -243,7 +260,8 @@ class MetricWriter:
     self._sinks.append(_JsonLines(workdir, resume_step))
     try:
       if "tensorboard" in chosen:
-        self._sinks.append(_TensorBoard(workdir, resume_step, config, restarted))
+        replay = self._sinks[0].rows_at(resume_step) if resume_step else []
+        self._sinks.append(_TensorBoard(workdir, resume_step, config, restarted, replay))
       if "wandb" in chosen:
         self._sinks.append(_Wandb(workdir, config))
     except BaseException:
