@@ -8,7 +8,8 @@ import importlib
 
 from lra.models import registry
 
-_ENCODER_NAMES = ("Classifier", "Denoiser", "DualClassifier", "Encoder", "build")
+_ENCODER_NAMES = ("Classifier", "Denoiser", "DualClassifier", "Encoder", "build",
+                  "idle_settings")
 __all__ = [*_ENCODER_NAMES, "registry"]
 
 

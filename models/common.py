@@ -64,6 +64,12 @@ class Mixer(nn.Module):
   def check_length(self, length: int) -> None:
     """Rules that need the longest sequence the mixer will see (models.build knows it)."""
 
+  def idle_at(self, length: int) -> list[str]:
+    """One line for each setting that does nothing at this longest sequence (the run is
+    valid, but not what the setting says): the trainer warns and results.json records them."""
+    del length
+    return []
+
   def attention_rng(self, deterministic: bool):
     """The key of attention-weight dropout, or None when there is none to apply."""
     if deterministic or self.dropout_rate == 0.0:

@@ -330,6 +330,17 @@ def pool(x_BxLxD, mask_BxL, pooling: str):
   raise ValueError(f"unknown pooling {pooling!r}; valid: {', '.join(POOLINGS)}")
 
 
+def idle_settings(model: dict, max_len: int) -> list[str]:
+  """The mixer's lines on settings that do nothing at this input length (Mixer.idle_at), for a
+  model that models.build accepts."""
+  model = dict(model)
+  mixer, settings = model.pop("name"), dict(model.pop("attention", {}) or {})
+  model.pop("pair_features", None)
+  config = EncoderConfig(**model)
+  length = max_len + int(config.use_cls)
+  return make_mixer(mixer, settings, config, length=length).idle_at(length)
+
+
 def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair: bool,
           denoise: bool = False, mask_token: bool = False):
   """Builds the classifier (or with `denoise`, the Denoiser with num_classes outputs per

@@ -185,6 +185,13 @@ class Mega(Mixer):
   def SUBQUADRATIC(self) -> bool:  # noqa: N802  (the flag every mixer has)
     return self.chunk_size > 0
 
+  def idle_at(self, length: int) -> list[str]:
+    if 0 < length <= self.chunk_size:
+      return [f"config.model.attention.chunk_size={self.chunk_size} is at or above the input "
+              f"length ({length}): one chunk holds every position, so Mega-chunk attends as "
+              f"Mega does; give a chunk_size below {length} to chunk"]
+    return []
+
   def _chunk(self, length: int) -> int:
     """The chunk used at this length: chunk_size (at most the length), or all positions."""
     return min(self.chunk_size, length) if self.chunk_size else length

@@ -259,3 +259,36 @@ def test_settings_and_encoder_rules():
   with pytest.raises(SettingError, match="config.model.reversible=True .*gated residual"):
     models.build(helpers.tiny_model("mega", reversible=True), vocab_size=5, num_classes=2,
                  max_len=8, pair=False)
+
+
+def test_a_chunk_at_or_above_the_length_is_said_at_start_and_noted_in_the_table(listops_dir,
+                                                                                tmp_path,
+                                                                                capsys):
+  """Issue 36 item 2: Mega-chunk whose one chunk holds every position is Mega: one warning
+  line as the run starts, results.json's idle_settings, and the note under eval.py's table;
+  a chunk below the length says nothing."""
+  import importlib
+  import json
+  from lra.training import trainer
+  from tests.tiny import tiny_config
+  short = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2, "log_every": 1,
+           "warmup_steps": 1}
+  whole = trainer.train_and_evaluate(
+      tiny_config(listops_dir, "mega", **{"model.attention.chunk_size": 40}, **short),
+      str(tmp_path / "runs" / "whole"))
+  line = ("config.model.attention.chunk_size=40 is at or above the input length (40): one chunk "
+          "holds every position, so Mega-chunk attends as Mega does; give a chunk_size below 40 "
+          "to chunk")
+  assert capsys.readouterr().out.count(f"warning: {line}\n") == 1
+  assert whole["idle_settings"] == [line]
+  chunked = trainer.train_and_evaluate(
+      tiny_config(listops_dir, "mega", **{"model.attention.chunk_size": 39}, **short),
+      str(tmp_path / "chunked"))
+  assert chunked["idle_settings"] == [] and "chunk_size" not in capsys.readouterr().out
+  out = tmp_path / "table"
+  importlib.import_module("eval").main(["accuracy", str(tmp_path / "runs"), f"--out={out}"])
+  (row,) = json.loads((out / "accuracy.json").read_text())["rows"]
+  assert row["model"] == "mega_chunk"
+  assert f"a setting did nothing: {line}" in row["cells"]["listops"]["not_comparable"]
+  assert "a setting did nothing: config.model.attention.chunk_size=40" in (
+      out / "accuracy.md").read_text()

@@ -79,6 +79,8 @@ def differences(result: dict, references: References) -> list[str]:
   reference configs that `references` makes."""
   changed = ["settings changed on a resume (config_changes)"] if result.get(
       "config_changes") else []
+  idle = result.get("idle_settings")  # first: what the row's name does not say
+  idle = [f"a setting did nothing: {line}" for line in idle] if isinstance(idle, list) else []
   init = result.get("init")
   if isinstance(init, dict) and init.get("objective") != "denoise":  # SPT has its own figures
     changed.append(f"started from the encoder of a {init.get('objective', 'recorded')} run "
@@ -88,7 +90,7 @@ def differences(result: dict, references: References) -> list[str]:
   if isinstance(stopped, dict):
     changed.append(f"stopped by {stopped.get('by')} after {stopped.get('step')} of "
                    f"{stopped.get('planned_num_train_steps')} steps")
-  return _data_differences(result) + _config_differences(result, references) + changed
+  return idle + _data_differences(result) + _config_differences(result, references) + changed
 
 
 def data_key(result: dict) -> str:

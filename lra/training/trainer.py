@@ -346,6 +346,8 @@ def train_and_evaluate(config, workdir: str, devices=None,
     task = tasks.load(config)
     config_checks.check_train_split(config, len(task.splits["train"]["labels"]))
     model = build_model(config, task, initialise.needs_mask_token(config, source, started))
+    idle = models.idle_settings(config.model.to_dict(), task.max_len)  # valid, but does nothing
+    _warn(list(idle))
     # A mixer of the user's own (--import): its module's file and hash, read as the run starts.
     mixer_module = provenance.mixer_module(config.model.name)
     train_step, eval_step, sharding = steps.make_steps(
@@ -368,6 +370,7 @@ def train_and_evaluate(config, workdir: str, devices=None,
                             state, ckpts, meta, writer)
     results = _test(config, task, evaluate_split, state, ckpts, meta, stopped)
     results["mixer_module"] = mixer_module  # None for a mixer of models/
+    results["idle_settings"] = idle  # the tables note them
     final = ("val_masked_accuracy", "val_masked_loss") if _denoise(config) else (
         "test_accuracy", "test_loss")
     writer.write(int(state.step), {k: results[k] for k in final})
