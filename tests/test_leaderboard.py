@@ -412,7 +412,31 @@ def test_spt_grid_given_more_steps_refuses_the_fine_tune_of_the_old_pretraining(
   assert (f"was started from the encoder of config.init_from={pretrain}, which has changed "
           f"since (best/2 then, best/{moved} now)") in lines[-1]
   assert "a new --root" in lines[-1]
+  assert f"  {leaderboard.GRID_ADVICE}" in longer.stdout.splitlines()  # issue 36 item 3
   assert json.loads((spt / "results.json").read_text()) == before
+  went_on = _leaderboard(*args, "--config.num_train_steps=20", "--config.eval_every=1",
+                         "--allow_config_change")  # passed on to the fine-tune
+  assert went_on.returncode == 0, went_on.stdout[-3000:]
+  after = json.loads((spt / "results.json").read_text())
+  assert after["num_train_steps"] == 20 and after["init"] == before["init"]
+  assert after["config_changes"][-1]["init_from_changed"] == f"best/2 then, best/{moved} now"
+
+
+def test_a_refused_changed_setting_gets_the_grids_advice(tmp_path, monkeypatch, capsys):
+  """Issue 36 item 3: train.py's "use a new --workdir, or add --allow_config_change" is
+  followed by what applies to a grid, and the grid's --allow_config_change reaches every run."""
+  refusal = (f"error: {tmp_path}/listops/transformer-cpu holds a run that does not fit this "
+             f"config: model.emb_dim 16 -> 32. Use a new --workdir, or add "
+             f"--allow_config_change to go on with this run anyway")
+  monkeypatch.setattr(leaderboard, "execute", lambda run, stop: (1, refusal))
+  outcome, _ = leaderboard.run_grid(leaderboard.plan(leaderboard.parse_args(
+      ["--models=transformer", "--tasks=listops", "--preset=cpu", f"--root={tmp_path}"])))
+  out = capsys.readouterr().out.splitlines()
+  assert f": FAILED (exit 1: {refusal}); run " in out[-2], out
+  assert out[-1] == f"  {leaderboard.GRID_ADVICE}" and "--root" in out[-1]
+  runs = leaderboard.plan(leaderboard.parse_args([*SPT, f"--root={tmp_path}",
+                                                  "--allow_config_change"]))
+  assert [run.command[-1] for run in runs] == ["--allow_config_change"] * 2
 
 
 def test_a_failed_pretraining_leaves_its_fine_tune_not_run(tmp_path, monkeypatch, capsys):

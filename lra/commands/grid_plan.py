@@ -172,6 +172,7 @@ def plan(args) -> list[Run]:
   from lra.models import registry
   # Outside mixers register first (--import, LRA_IMPORT); every run imports them too.
   imports = tuple(f"--import={spec}" for spec in plugins.import_modules(args.imports))
+  allow = ("--allow_config_change",) if args.allow_config_change else ()
   if args.preset not in PRESETS:
     raise UserError(f"--preset={args.preset!r}: give one of {', '.join(PRESETS)}")
   tasks = _names(args.tasks, "tasks", list(FACTS), list(NAMES))  # all: LRA's six (MQAR by name)
@@ -204,7 +205,7 @@ def plan(args) -> list[Run]:
       items = mine + stage
       expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in items}}
       command = ("python", *train, *imports, config, f"--workdir={workdir}",
-                 *(f"--config.{k}={v}" for k, v in items))
+                 *(f"--config.{k}={v}" for k, v in items), *allow)
       runs.append(Run(task, model, workdir, command, tuple(expect.items()), after))
   return runs
 

@@ -33,6 +33,9 @@ them are at chance (`2/5 at chance`, docs/eval.md).
 training inputs (--config.objective=denoise, workdir MODEL[-PRESET][_seedN]_pretrain), then a
 fine-tune from its encoder (--config.init_from=that workdir, workdir ..._spt), which runs only
 once the pretraining finished; the table lists the fine-tunes as MODEL (SPT) rows.
+--allow_config_change is passed on to every run: a run whose settings differ from its
+checkpoints' (a changed --config) goes on with them, recorded in its results.json; without it
+train.py refuses such a run in one line, and a new --root starts every run afresh.
 --print_commands prints the train.py command of every run and --slurm=FILE writes a SLURM array
 script of them; neither runs anything.
 --import=MODULE (repeatable; or LRA_IMPORT=MODULE,...): a module of your own that registers a
@@ -52,6 +55,11 @@ import time
 from lra import cli, config_record, paths, plugins
 from lra.errors import UserError, fail, run_command
 from lra.commands.grid_plan import ALIASES, Run, array_tasks, plan, slurm_script
+
+# What train.py's "use a new --workdir, or add --allow_config_change" means for a grid run.
+GRID_ADVICE = ("in this grid: a new --root gives every run a new workdir; --allow_config_change "
+               "on the grid's command is passed on to every run")
+
 
 def finished(run: Run) -> tuple[dict | None, str]:
   """(its results, "") when `run` can be skipped, else (None, why it runs: "" for a new run).
@@ -195,6 +203,8 @@ def run_grid(runs: list[Run]) -> tuple[dict, Stop]:
       text = f"exit {code}: {last}" if code else "exit 0 but no valid results.json"
       outcome["failed"].append((run, text))
       _say(f"{head}: FAILED ({text}); {took}; {left}, going on")
+      if "--workdir" in last:  # train.py's advice, in the grid's terms
+        _say(f"  {GRID_ADVICE}")
   return outcome, stop
 
 
@@ -268,6 +278,9 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--protocol", default="scratch", metavar="scratch|spt",
                  help="spt: each cell is a denoise pretraining, then a fine-tune from it")
   plugins.add_flag(p, ", passed on to every run")
+  p.add_argument("--allow_config_change", action="store_true",
+                 help="passed on to every run: a run whose settings differ from its "
+                      "checkpoints' goes on with them (recorded in its results.json)")
   p.add_argument("--print_commands", action="store_true",
                  help="print one train.py command per run; run nothing")
   p.add_argument("--slurm", metavar="FILE", help="write a SLURM array script; run nothing")
