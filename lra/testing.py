@@ -276,6 +276,10 @@ def check_mixer(mixer: str | type, settings: dict | None = None, *,
   cotangent = jnp.asarray(np.random.default_rng(1).normal(size=x.shape), jnp.float32)
   x1, mask1, _ = _inputs(1, seed=1)  # one token (rows: real, real, real, padding)
   f = Findings(label)
+  unruled = registry.unruled_settings(mixer)
+  f.check(not unruled, "settings", f"setting(s) {', '.join(unruled)} have no rule in SETTINGS, "
+          f"so any value trains unchecked: give each one, e.g. SETTINGS = "
+          f"{{{unruled[0] if unruled else 'name'!r}: lra.rules.Float(0.0, open='low')}}")
   with cheap_compiles():
     r = run_once(_mixer_program(harness, Harness(mixer, settings, dtype="bfloat16"),
                                 not length_dependent), x, mask, noisy, cotangent, x1, mask1)

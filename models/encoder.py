@@ -338,7 +338,8 @@ def idle_settings(model: dict, max_len: int) -> list[str]:
   model.pop("pair_features", None)
   config = EncoderConfig(**model)
   length = max_len + int(config.use_cls)
-  return make_mixer(mixer, settings, config, length=length).idle_at(length)
+  module = make_mixer(mixer, settings, config, length=length)
+  return module.idle_at(length) if hasattr(module, "idle_at") else []  # a Mixer's hook
 
 
 def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair: bool,

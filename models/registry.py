@@ -134,6 +134,13 @@ def user_settings(name: str | type) -> list[str]:
   return [k for k in _fields(name) if k not in _NOT_SETTINGS]
 
 
+def unruled_settings(name: str | type) -> list[str]:
+  """The user settings of mixer `name` that its SETTINGS gives no rule: any value of them
+  trains unchecked (every mixer of models/ has a rule for each)."""
+  rules = getattr(_class(name), "SETTINGS", {}) or {}
+  return [k for k in user_settings(name) if k not in rules]
+
+
 def default_settings(name: str) -> dict[str, Any]:
   """The user settings of mixer `name` with their defaults (what a config starts from)."""
   fields = _fields(name)

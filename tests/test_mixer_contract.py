@@ -91,9 +91,11 @@ def test_shape_walk_sees_dense_attention():
 
 
 def test_the_contract_names_the_property_a_mixer_breaks():
-  """A mixer that lets padding leak and falsely claims SUBQUADRATIC fails with both named."""
+  """A mixer that lets padding leak, falsely claims SUBQUADRATIC and declares a setting
+  without a rule (issue 36 item 4) fails with all three named."""
 
   class Leaky(HeadsMixer):
+    scale: float = 1.0  # a setting, and no SETTINGS rule for it
     SUBQUADRATIC = True
     ATTENTION_DROPOUT = False
 
@@ -107,6 +109,8 @@ def test_the_contract_names_the_property_a_mixer_breaks():
   assert "Leaky breaks the mixer contract" in str(failed.value)
   assert "[padding] real outputs change with the padded content" in str(failed.value)
   assert "[subquadratic] claims SUBQUADRATIC" in str(failed.value)
+  assert "[settings] setting(s) scale have no rule in SETTINGS, so any value trains unchecked" \
+      in str(failed.value)
 
 
 # --- the encoder: a tiny Classifier around each mixer ---

@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from lra import rules
 from lra.models import registry
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
 
@@ -29,6 +30,7 @@ from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
 @registry.register("relu_linear")
 class ReluLinearAttention(HeadsMixer):
   eps: float = 1e-6  # keeps a row with no real key finite
+  SETTINGS = {"eps": rules.Float(0.0, open="low")}
 
   SUBQUADRATIC = True
   ATTENTION_DROPOUT = False
@@ -184,3 +186,29 @@ def test_an_error_inside_the_module_keeps_its_traceback(folder):
   assert not any(l.startswith("error:") for l in proc.stderr.splitlines()), proc.stderr[-2000:]
   assert "Traceback" in proc.stderr and "broken_attention.py" in proc.stderr
   assert "No module named 'no_such_dependency'" in proc.stderr
+
+
+@pytest.mark.commands
+def test_settings_that_do_nothing_or_have_no_rule_are_a_warning_line(folder, listops_dir):
+  """Issue 36 item 4: the README's mixer without its SETTINGS rule trains eps=-1.0 unchecked,
+  and config.mask_rate does nothing in a classify run: one warning line each, the run trains."""
+  unruled = folder / "unruled.py"
+  unruled.write_text(MY_ATTENTION.replace('  SETTINGS = {"eps": rules.Float(0.0, open="low")}\n',
+                                          ""))
+  assert "SETTINGS" not in unruled.read_text()
+  proc = _run(os.path.join(ROOT, "train.py"), f"--import={unruled}",
+              "--config=configs/listops.py:relu_linear,cpu", "--workdir=run",
+              *[f"--config.{item}" for item in TINY + [f"data.data_dir={listops_dir}"]],
+              "--config.model.attention.eps=-1.0", "--config.mask_rate=0.5", cwd=folder)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  warnings = [l for l in proc.stdout.splitlines() if l.startswith("warning: ")]
+  assert ("warning: config.mask_rate=0.5 does nothing here: only a run with "
+          "config.objective='denoise' uses it (this one has 'classify')") in warnings, warnings
+  assert ("warning: model 'relu_linear' gives no rule in its SETTINGS for eps=-1.0: any value "
+          "trains unchecked (add a rule from lra.rules for each; lra.testing.check_mixer asks "
+          "for them)") in warnings, warnings
+  ruled = _run(os.path.join(ROOT, "train.py"), "--import=my_attention",
+               "--config=configs/listops.py:relu_linear,cpu", "--workdir=run2",
+               "--config.model.attention.eps=-1.0", cwd=folder)
+  assert ruled.returncode != 0 and "config.model.attention.eps=-1.0" in _error_line(ruled)
+

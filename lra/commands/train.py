@@ -170,7 +170,7 @@ def main(argv):
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   _quiet_backend_probe()
   import jax  # after flag parsing, so a bad command line fails fast
-  from lra.training import faults, preemption, profiling, trainer
+  from lra.training import config_checks, faults, preemption, profiling, trainer
   # Before anything compiles; a restart then loads the compiled programs from disk.
   profiling.enable_compilation_cache(_CONFIG.value.compilation_cache_dir)
   if _COORDINATOR.value:
@@ -181,6 +181,10 @@ def main(argv):
     jax.distributed.initialize()
   _quiet_logs(_CONFIG.value)
   preemption.install_stop_handlers()  # after initialize: it picks the multi-host protocol
+  for line in config_checks.idle_overrides(
+      _CONFIG.value, config_flags.get_override_values(flags.FLAGS["config"])):
+    if jax.process_index() == 0:
+      print(f"warning: {line}", flush=True)
   try:
     with faults.QuietFaults(logging.get_absl_handler()):
       results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value,

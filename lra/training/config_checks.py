@@ -68,3 +68,30 @@ def short_run_warning(config) -> str | None:
                     for k in over)
   return (f"config.num_train_steps={steps} is at or below {found}; for a run this short give "
           f"e.g. {wanted}")
+
+
+def idle_overrides(config, overrides) -> list[str]:
+  """One line for each trainer setting given on the command line (`overrides`: its keys) that
+  does nothing in this run (options.Option.only_with), e.g. config.mask_rate in a classify
+  run. Warnings, not errors: a grid passes one --config to all its stages."""
+  lines = []
+  for key in overrides:
+    option = options.TABLE.get(key)
+    if option is not None and option.only_with:
+      other, wanted = option.only_with
+      if config.get(other) != wanted:
+        lines.append(f"config.{key}={config[key]!r} does nothing here: only a run with "
+                     f"config.{other}={wanted!r} uses it (this one has {config.get(other)!r})")
+  return lines
+
+
+def unruled_warning(config) -> str | None:
+  """One line when the model's mixer declares settings with no rule (an outside mixer's):
+  their values, e.g. a negative epsilon, train unchecked."""
+  unruled = registry.unruled_settings(config.model.name)
+  if not unruled:
+    return None
+  given = ", ".join(f"{k}={config.model.attention.get(k)!r}" for k in unruled)
+  return (f"model {config.model.name!r} gives no rule in its SETTINGS for {given}: any value "
+          f"trains unchecked (add a rule from lra.rules for each; lra.testing.check_mixer "
+          f"asks for them)")

@@ -27,13 +27,15 @@ class Option:
   """One trainer setting. `default` may be a function (called each time a config is made).
   `rule` None: no range to check here. `resume`: may change on a resume (it only extends or
   observes the run), except under the schedules in `fixed_under` (the schedule spans it).
-  `ignored`: the paper comparison ignores it (it does not change what the run measures)."""
+  `ignored`: the paper comparison ignores it (it does not change what the run measures).
+  `only_with`: (setting, value) without which it does nothing (a given value is warned of)."""
   default: Any
   rule: Any
   doc: str
   resume: bool = False
   ignored: bool = False
   fixed_under: tuple[str, ...] = ()
+  only_with: tuple[str, Any] = ()
 
 
 def _cache_dir() -> str:
@@ -56,7 +58,7 @@ TABLE: dict[str, Option] = {
                         ignored=True),
     "mask_rate": Option(0.15, s.Float(0.0, 1.0, open="low high"), "denoise: the fraction of "
                         "real tokens replaced by the mask token (per task: configs/table.py)",
-                        ignored=True),
+                        ignored=True, only_with=("objective", "denoise")),
     "init_from": Option("", None, "WORKDIR of another run whose encoder starts this one (head "
                         "and optimiser fresh; a resume keeps its own); \"\" = random",
                         ignored=True),

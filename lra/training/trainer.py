@@ -334,8 +334,9 @@ def train_and_evaluate(config, workdir: str, devices=None,
   workdir = paths.resolve(workdir)  # local (made absolute, as Orbax needs) or gs://...
   mesh = make_mesh(devices)
   config_checks.check_config(config, mesh.devices.size)  # before any data or compiling
-  short = config_checks.short_run_warning(config)  # a run cut short
-  _warn([short] if short else [])
+  # A run cut short; an outside mixer's settings that no rule checks.
+  _warn([w for w in (config_checks.short_run_warning(config),
+                     config_checks.unruled_warning(config)) if w])
   faults.prepare_workdir(workdir)  # a folder this process can write
   lock = workdir_lib.Lock(workdir)  # a second trainer on this workdir stops here
   ckpts = writer = None
