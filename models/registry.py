@@ -113,7 +113,9 @@ def get(name: str) -> type:
   """The mixer class `name`."""
   _load_built_in()
   if name not in _MIXERS:
-    raise SettingError(f"config.model.name={name!r} is not a model; valid models: "
+    near = difflib.get_close_matches(str(name), names(), n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    raise SettingError(f"config.model.name={name!r} is not a model{hint}; valid models: "
                        f"{', '.join(names())} (a mixer of your own: --import=YOUR_MODULE)")
   return _MIXERS[name]
 

@@ -118,6 +118,9 @@ def test_unknown_model_lists_valid_ones(listops_dir, tmp_path):
   line = _refused("train.py", "--config=configs/listops.py:no_such_model",
                   f"--workdir={tmp_path}", f"--config.data.data_dir={listops_dir}", *TINY)
   assert "no_such_model" in line and "transformer" in line
+  line = _refused("train.py", "--config=configs/listops.py:performr", f"--workdir={tmp_path}",
+                  f"--config.data.data_dir={listops_dir}", *TINY)
+  assert "config.model.name='performr' is not a model (did you mean 'performer'?)" in line
 
 
 @pytest.mark.commands

@@ -158,6 +158,16 @@ def test_a_shortened_run_is_one_warning_line_naming_the_settings():
       "--config.log_every=1")
   config.num_train_steps = 5000
   assert config_checks.short_run_warning(config) is None
+  # Issue 36 item 5: a cadence equal to the length is a choice, and a value already at the
+  # suggestion is not suggested again.
+  config.num_train_steps = config.eval_every = config.checkpoint_every = config.log_every = 30
+  config.warmup_steps = 3
+  assert config_checks.short_run_warning(config) is None
+  config.num_train_steps = config.warmup_steps = config.eval_every = 1
+  config.checkpoint_every = config.log_every = 1
+  assert config_checks.short_run_warning(config) is None
+  config.warmup_steps = 2
+  assert config_checks.short_run_warning(config).endswith("give e.g. --config.warmup_steps=1")
   assert config_checks.short_run_warning(listops_config.get_config("transformer,cpu")) is None
 
 

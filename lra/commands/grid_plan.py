@@ -5,6 +5,7 @@ running, skipping and the table are lra.commands.leaderboard's."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import itertools
 import json
 import os
@@ -73,7 +74,9 @@ def _names(text: str, flag: str, valid: list[str], every: list[str] | None = Non
   for item in items:
     found = [n for n in every or valid if n not in ALIASES] if item == "all" else [item]
     if item != "all" and item not in valid:
-      raise UserError(f"--{flag}: unknown name {item!r} (valid: all, {', '.join(valid)})")
+      near = difflib.get_close_matches(item, valid, n=1)
+      hint = f"; did you mean {near[0]!r}?" if near else ""
+      raise UserError(f"--{flag}: unknown name {item!r}{hint} (valid: all, {', '.join(valid)})")
     names += [n for n in found if n not in names]
   return names
 

@@ -60,12 +60,15 @@ def short_run_warning(config) -> str | None:
   shortened with --config.num_train_steps=N, the others left at the config's values); None
   when none is. A warning, not an error: a smoke test may mean it."""
   steps = config.num_train_steps
-  over = [key for key in _SHORT_RUN if key in config and config[key] >= steps]
+  share = lambda key: max(steps // options.SHORT_RUN_SHARES[key], 1)
+  # A cadence equal to the run's length is a choice (validated once, at the end); and a value
+  # that is already what the warning would suggest is left alone.
+  over = [key for key in _SHORT_RUN if key in config and share(key) < config[key]
+          and (config[key] > steps or key == "warmup_steps" and config[key] == steps)]
   if not over:
     return None
   found = ", ".join(f"config.{k}={config[k]} ({_SHORT_RUN[k]})" for k in over)
-  wanted = " ".join(f"--config.{k}={max(steps // options.SHORT_RUN_SHARES[k], 1)}"
-                    for k in over)
+  wanted = " ".join(f"--config.{k}={share(k)}" for k in over)
   return (f"config.num_train_steps={steps} is at or below {found}; for a run this short give "
           f"e.g. {wanted}")
 
