@@ -51,6 +51,21 @@ def test_curves_draws_every_run_with_labelled_axes_and_a_legend(capsys, tmp_path
   assert "wrote" in out and "curves.png" in out
 
 
+def test_curves_label_a_denoise_runs_masked_token_figures(capsys, tmp_path, monkeypatch):
+  """Issue 36 item 5: a denoise run's train and validation loss are of the masked tokens:
+  its legend entry says so; a classification run beside it keeps its plain name."""
+  pre = _metrics(tmp_path / "pre", _train_rows(4.0))
+  (tmp_path / "pre" / "config.json").write_text(json.dumps({"objective": "denoise"}))
+  ft = _metrics(tmp_path / "ft", _train_rows(2.0))
+  (tmp_path / "ft" / "config.json").write_text(json.dumps({"objective": "classify"}))
+  drawn = []
+  real = charts.curves_chart
+  monkeypatch.setattr(charts, "curves_chart", lambda *a, **k: drawn.append(real(*a, **k)))
+  code, _, err = _eval(capsys, "curves", pre, ft, f"--out={tmp_path / 'out'}")
+  assert code == 0, err
+  assert drawn[0]["legend"] == ["pre (denoise: masked-token loss and accuracy)", "ft"]
+
+
 @pytest.mark.parametrize("content, words", [
     (None, "no metrics.jsonl"),
     ('{"step": 2, "train_loss": 1.0}\nnot json\n{"step": 4, "train_loss": 0.9}\n',
@@ -187,6 +202,10 @@ def test_speed_without_lengths_and_batch_measures_the_machines_grid(
   assert ("(1 model x 2 lengths, one process each)" in out) == said
   machine = json.loads((tmp_path / "speed.json").read_text())["machine"]
   assert machine["batch"] == batch and machine["software"]["libraries"]["jax"]
+  # Issue 36 item 5: the paper's memory is of batch 32; the CPU grid's of batch 4 says so.
+  table = (tmp_path / "speed.md").read_text()
+  assert "The paper's TPU v3 figure (batch 32) in parentheses" in table
+  assert ("ours are at batch 4, so compare how the two grow with length" in table) == said
   # Given flags are kept as they are on a CPU too.
   measured.clear()
   code, out, err = _eval(capsys, "speed", "--models=transformer", "--lengths=64", "--batch=2",

@@ -73,13 +73,28 @@ def run_names(runs: list[str]) -> list[str]:
   return names
 
 
+DENOISE_LABEL = " (denoise: masked-token loss and accuracy)"
+
+
+def _denoises(run: str) -> bool:
+  """Whether RUN's config.json says config.objective="denoise" (its loss and accuracy are
+  of the masked tokens, not of the task's labels); False where it cannot be read."""
+  try:
+    config = json.loads((paths.resolve(run) / "config.json").read_text())
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    return False
+  return isinstance(config, dict) and config.get("objective") == "denoise"
+
+
 def read_curves(runs: list[str], warnings: list[str]) -> dict[str, dict[str, list]]:
   """{run name: {metric: [(step, value), ...] by step}} of the PANELS' metrics (accuracies in
-  %). A run without any of them is left out with a warning; if no run has any, a UserError."""
+  %). A denoise run's name says that its figures are of masked tokens (DENOISE_LABEL). A run
+  without any of them is left out with a warning; if no run has any, a UserError."""
   if len(set(runs)) < len(runs):
     raise UserError("a run is named twice; name each run once")
   curves = {}
   for run, name in zip(runs, run_names(runs)):
+    name += DENOISE_LABEL if _denoises(run) else ""
     found = {key: [] for key, _ in PANELS}
     for row in _rows(run):
       for key in found:

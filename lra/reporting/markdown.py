@@ -4,8 +4,8 @@ from __future__ import annotations
 import json
 
 from lra.reporting.numbers import finite, fmt, memory_text, si
-from lra.reporting.paper import (FROM_CLASSIFY, FROM_NOTE, FROM_RUN, SPT, SPT_NOTE,
-                                  TASK_TITLES, model_title, split_source)
+from lra.reporting.paper import (FROM_CLASSIFY, FROM_NOTE, FROM_RUN, PAPER_BATCH, SPT,
+                                  SPT_NOTE, TASK_TITLES, model_title, split_source)
 from lra.reporting.results import CHECKPOINT_TITLES
 
 
@@ -289,8 +289,11 @@ def speed_markdown(tables: dict, machine: dict | None = None) -> str:
     what = f"{_MEASURE_TEXT['peak']}; † = {_MEASURE_TEXT['compiled']} where no peak is reported"
   else:
     what = _MEASURE_TEXT[measures[0]] if measures else "no memory figures"
+  batch = (machine or {}).get("batch")
+  other = (f"; ours are at batch {batch}, so compare how the two grow with length, not the "
+           f"figures" if batch is not None and batch != PAPER_BATCH else "")
   out += ["", f"Memory per device (MB = 10^6 bytes below 1 GB, GB = 10^9 bytes): {what}. The "
-          "paper's TPU v3 figure in parentheses.", ""]
+          f"paper's TPU v3 figure (batch {PAPER_BATCH}) in parentheses{other}.", ""]
   out += _length_table(tables, "memory", lambda c: _memory_text(c, mixed))
 
   out += ["", "FLOPs per training step (XLA cost analysis); achieved FLOP/s (fraction of the "

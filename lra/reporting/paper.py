@@ -58,6 +58,7 @@ PAPER_AVG5: dict[str, float] = {
 }
 
 PAPER_LENGTHS = (1024, 2048, 3072, 4096)
+PAPER_BATCH = 32  # Table 2's batch: its memory figures are of 32 sequences
 # Paper Table 2: byte-level Text, batch 32, TPU v3 4x4. Sparse Transformer and Longformer
 # were not measured (dense masks).
 PAPER_SPEED: dict[str, dict[int, float]] = {
