@@ -349,6 +349,33 @@ def test_init_from_chains_through_the_mask_token_row(pretrained, listops_dir, tm
                   None)
 
 
+@pytest.mark.slow  # two training runs, 19 s on 2 cores: `pytest -m slow`
+def test_init_from_chains_through_the_linear_encoders_mask_vector(listops_dir, tmp_path):
+  """Issue 34 item 6 for the pixel tasks' "linear" input encoder: its mask token is a learned
+  vector, mask_embed, which a denoise run has and a classifier has not."""
+  linear = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2,
+            "model.input_encoder": "linear"}
+  mesh = trainer.make_mesh()
+  for first, then, done in (("classify", "denoise", "initialised here"),
+                            ("denoise", "classify", "dropped")):
+    source = str(tmp_path / first)
+    trainer.train_and_evaluate(tiny_config(listops_dir, objective=first, **linear), source)
+    config = tiny_config(listops_dir, objective=then, init_from=source, **linear)
+    found = initialise.find(config, str(tmp_path / "x"))
+    task = tasks.load(config)
+    model = trainer.build_model(config, task, then == "denoise")
+    fresh = trainer.create_state(model, task, config, mesh)
+    loaded, record = initialise.load(found, fresh, mesh)
+    assert record["mask_token"] == done
+    theirs = _leaves(checkpoint.restore_raw(source, found.kind, found.step, mesh)
+                     ["params"]["params"]["encoder"])
+    ours = _leaves(loaded.params["params"]["encoder"])
+    assert ("['mask_embed']" in ours) == (then == "denoise") != ("['mask_embed']" in theirs)
+    for key, value in ours.items():
+      expected = theirs.get(key, _leaves(fresh.params["params"]["encoder"]).get(key))
+      np.testing.assert_array_equal(value, expected, key)
+
+
 def test_init_from_a_run_whose_checkpoints_are_damaged_names_the_file(listops_dir, tmp_path):
   """Issue 34 item 5: the run did save a checkpoint; the line says it is damaged, and which
   file, and leaves it as it is."""
