@@ -7,6 +7,7 @@ all. Plain Python, no numpy or JAX.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from typing import Any, Sequence
@@ -30,6 +31,12 @@ def attention_key(name: str) -> str:
 def model_key(name: str) -> str:
   """Where an encoder setting lives in a config."""
   return f"config.model.{name}"
+
+
+def did_you_mean(name: str, valid: Sequence[str]) -> str:
+  """' (did you mean 'NAME'?)' for the nearest valid name, '' when none is near."""
+  near = difflib.get_close_matches(str(name), list(valid), n=1)
+  return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 def fail(key: str, value: Any, allowed: str):

@@ -330,16 +330,18 @@ def pool(x_BxLxD, mask_BxL, pooling: str):
   raise ValueError(f"unknown pooling {pooling!r}; valid: {', '.join(POOLINGS)}")
 
 
-def idle_settings(model: dict, max_len: int) -> list[str]:
-  """The mixer's lines on settings that do nothing at this input length (Mixer.idle_at), for a
-  model that models.build accepts."""
-  model = dict(model)
-  mixer, settings = model.pop("name"), dict(model.pop("attention", {}) or {})
-  model.pop("pair_features", None)
-  config = EncoderConfig(**model)
-  length = max_len + int(config.use_cls)
-  module = make_mixer(mixer, settings, config, length=length)
-  return module.idle_at(length) if hasattr(module, "idle_at") else []  # a Mixer's hook
+def _longest_mixer(encoder: Encoder):
+  """(the encoder's mixer as its blocks build it, checked with the longest input; that
+  length)."""
+  length = encoder.max_len + int(encoder.config.use_cls)
+  return make_mixer(encoder.mixer, encoder.settings, encoder.config, length=length), length
+
+
+def idle_settings(model) -> list[str]:
+  """The mixer's lines on settings that do nothing at the input length of `model` (one that
+  build made): Mixer.idle_at."""
+  mixer, length = _longest_mixer(model.encoder)
+  return mixer.idle_at(length) if hasattr(mixer, "idle_at") else []  # a Mixer's hook
 
 
 def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair: bool,
@@ -370,8 +372,7 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
   encoder = Encoder(vocab_size=vocab_size, max_len=max_len, mixer=mixer,
                     mixer_settings=settings, config=config,
                     mask_id=vocab_size - 1 if mask_token else -1)
-  # The mixer as the blocks build it (checked on construction), and with the longest input.
-  make_mixer(mixer, settings, config, length=max_len + int(config.use_cls))
+  _longest_mixer(encoder)  # a bad mixer setting fails here, before any tracing
   if denoise:
     return Denoiser(encoder, num_classes)
   if pair:

@@ -17,6 +17,7 @@ import pathlib
 import pkgutil
 from typing import Any, Callable, Mapping
 
+from lra import rules
 from lra.rules import SettingError
 
 _MIXERS: dict[str, type] = {}  # every registered class, by name
@@ -113,9 +114,8 @@ def get(name: str) -> type:
   """The mixer class `name`."""
   _load_built_in()
   if name not in _MIXERS:
-    near = difflib.get_close_matches(str(name), names(), n=1)
-    hint = f" (did you mean {near[0]!r}?)" if near else ""
-    raise SettingError(f"config.model.name={name!r} is not a model{hint}; valid models: "
+    raise SettingError(f"config.model.name={name!r} is not a model"
+                       f"{rules.did_you_mean(name, names())}; valid models: "
                        f"{', '.join(names())} (a mixer of your own: --import=YOUR_MODULE)")
   return _MIXERS[name]
 
@@ -139,8 +139,8 @@ def user_settings(name: str | type) -> list[str]:
 def unruled_settings(name: str | type) -> list[str]:
   """The user settings of mixer `name` that its SETTINGS gives no rule: any value of them
   trains unchecked (every mixer of models/ has a rule for each)."""
-  rules = getattr(_class(name), "SETTINGS", {}) or {}
-  return [k for k in user_settings(name) if k not in rules]
+  ruled = getattr(_class(name), "SETTINGS", {}) or {}
+  return [k for k in user_settings(name) if k not in ruled]
 
 
 def default_settings(name: str) -> dict[str, Any]:

@@ -335,7 +335,7 @@ def test_bad_input_from_the_command_line(tmp_path):
                       f"--root={tmp_path / 'grid'}")
   assert proc.returncode == 1 and proc.stdout == ""
   assert proc.stderr.splitlines() == [proc.stderr.strip()] and "'performr'" in proc.stderr
-  assert "unknown name 'performr'; did you mean 'performer'?" in proc.stderr
+  assert "unknown name 'performr' (did you mean 'performer'?); valid: all, " in proc.stderr
   assert "performer" in proc.stderr  # the valid names are listed
 
 

@@ -5,14 +5,13 @@ running, skipping and the table are lra.commands.leaderboard's."""
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import itertools
 import json
 import os
 import shlex
 
 from lra.configs.published.mega import CHUNK_SIZES
-from lra import cli, paths, plugins
+from lra import cli, paths, plugins, rules
 from lra.locations import INSTALLED, PACKAGE_ROOT
 from lra.errors import UserError
 
@@ -74,9 +73,8 @@ def _names(text: str, flag: str, valid: list[str], every: list[str] | None = Non
   for item in items:
     found = [n for n in every or valid if n not in ALIASES] if item == "all" else [item]
     if item != "all" and item not in valid:
-      near = difflib.get_close_matches(item, valid, n=1)
-      hint = f"; did you mean {near[0]!r}?" if near else ""
-      raise UserError(f"--{flag}: unknown name {item!r}{hint} (valid: all, {', '.join(valid)})")
+      raise UserError(f"--{flag}: unknown name {item!r}{rules.did_you_mean(item, valid)}; "
+                      f"valid: all, {', '.join(valid)}")
     names += [n for n in found if n not in names]
   return names
 

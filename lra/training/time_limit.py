@@ -28,8 +28,13 @@ def stop(config, run_start: float, done: int, total: int) -> dict | None:
   """The record of a run that config.max_train_time_s ends after step `done`, or None."""
   if done >= total or not out_of_time(config, run_start, done):
     return None
+  return _record(config, done, total)
+
+
+def _record(config, step: int, total: int) -> dict:
+  """results.json's stopped_early: the limit ended the run at `step` of `total`."""
   return {"by": "max_train_time_s", "max_train_time_s": config.max_train_time_s,
-          "step": done, "planned_num_train_steps": total}
+          "step": step, "planned_num_train_steps": total}
 
 
 def spent(config, start: int, total: int, meta: dict, bar):
@@ -42,5 +47,4 @@ def spent(config, start: int, total: int, meta: dict, bar):
   progress.say(progress.time_spent_line(start, total, config, meta["train_time_s"]), bar,
                config)
   bar.close()
-  return {"by": "max_train_time_s", "max_train_time_s": config.max_train_time_s,
-          "step": start, "planned_num_train_steps": total}
+  return _record(config, start, total)

@@ -347,7 +347,7 @@ def train_and_evaluate(config, workdir: str, devices=None,
     task = tasks.load(config)
     config_checks.check_train_split(config, len(task.splits["train"]["labels"]))
     model = build_model(config, task, initialise.needs_mask_token(config, source, started))
-    idle = models.idle_settings(config.model.to_dict(), task.max_len)  # valid, but does nothing
+    idle = models.idle_settings(model)  # valid settings that do nothing at this length
     _warn(list(idle))
     # A mixer of the user's own (--import): its module's file and hash, read as the run starts.
     mixer_module = provenance.mixer_module(config.model.name)
