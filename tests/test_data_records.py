@@ -82,8 +82,8 @@ def test_pathfinder_release_images_in_the_generator_folder_are_kept(tmp_path):
   from lra.configs import pathfinder as pathfinder_config
   config = pathfinder_config.get_config("transformer,cpu")
   config.data.data_dir, config.data.num_images, config.data.workers = str(tmp_path / "pf"), 20, 1
-  message = _one_line_error(tasks.load, config)
-  assert str(level_dir) in message and "imgs/0/sample_0.png" in message
+  message = _one_line_error(tasks.load, config)  # read with --release_dir, not generated over
+  assert f"--release_dir={tmp_path / 'pf'} --size=32" in message, message
   assert {p: p.read_bytes() for p in level_dir.rglob("*") if p.is_file()} == before
 
 
@@ -199,7 +199,8 @@ def test_text_prepared_shorter_is_refused_and_longer_is_cut(tmp_path, monkeypatc
   assert "python -m lra.data text" in message and "--max_len=512" in message
   config.data.max_len = 32  # shorter: the rows are cut, and the task says so
   task = tasks.load(config)
-  assert task.data["cut"] == {"from": 64, "to": 32}
+  cut = task.data["cut"]  # every review is longer than 32 bytes (prepared at 64)
+  assert (cut["from"], cut["to"], cut["examples"], cut["examples_cut"]) == (64, 32, 40, 40)
   assert task.data["record"]["source"]["bytes"] == os.path.getsize(tmp_path / "aclImdb_v1.tar.gz")
   assert task.splits["train"]["inputs"][np.arange(2)].shape == (2, 32)
   config.data.max_len = 64
@@ -239,10 +240,11 @@ def test_prepared_folder_without_a_record_is_not_trusted(tmp_path):
 
 
 def test_results_say_which_data_and_cut(tmp_path):
-  config = _listops_config(tmp_path / "data", max_len=20)  # generated trees: <= 29 tokens
+  config = _listops_config(tmp_path / "data", max_len=12)  # generated trees: 6 to 19 tokens
   config.num_train_steps = config.log_every = config.eval_every = config.checkpoint_every = 2
   results = trainer.train_and_evaluate(config, str(tmp_path / "run"), devices=jax.devices()[:1])
-  assert results["data"]["cut"] == {"from": 29, "to": 20}
+  cut = results["data"]["cut"]  # measured on the examples: 12 of the 56 are longer than 12
+  assert (cut["from"], cut["to"], cut["examples"], cut["examples_cut"]) == (19, 12, 56, 12)
   assert results["data"]["record"]["settings"] == LISTOPS
   saved = json.loads((tmp_path / "run" / "results.json").read_text())
   assert saved["data"] == results["data"]

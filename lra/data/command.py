@@ -3,7 +3,7 @@ directory.
 
   python -m lra.data listops    --data_dir=data/listops [generator flags]
   python -m lra.data text       --data_dir=data/text (--imdb_tar=PATH | --tfds_dir=DIR)
-  python -m lra.data retrieval  --data_dir=data/retrieval --release_dir=PATH/tsv_data
+  python -m lra.data retrieval  --data_dir=data/retrieval --release_dir=PATH/lra_release
   python -m lra.data image      --data_dir=data/image (--cifar=PATH | --tfds_dir=DIR)
   python -m lra.data pathfinder --data_dir=data/pathfinder32 [--size=32] [--level=hard]
                                 [--num_images=200000 | --release_dir=PATH/lra_release]
@@ -12,6 +12,8 @@ directory.
   python -m lra.data mqar       --data_dir=data/mqar [--vocab_size=8192 --max_len=256
                                 --num_kv_pairs=16 ...] (beyond LRA: Zoology's MQAR)
 
+--release_dir names the original release: its lra_release folder (the tarball's outer or inner
+one) or any folder of it (tsv_data, pathfinder<size>, a level folder); each task finds its own.
 A relative --data_dir is a folder of the data home (lra.data.home: $LRA_DATA_DIR, else the
 checkout's root, else ~/lra_data), as training reads it; each command first prints the folder
 it writes and what it is about to write there.
@@ -23,7 +25,7 @@ import os
 
 import numpy as np
 
-from lra.data import console, home, listops, mqar, pathfinder, record, store
+from lra.data import console, home, listops, mqar, pathfinder, record, release_dirs, store
 from lra.data.pathfinder_gen.params import LEVEL_FOLDERS, SIZES
 from lra.errors import UserError, run_command
 
@@ -128,21 +130,28 @@ def _image(args) -> None:
 
 def _retrieval(args) -> None:
   from lra.data import retrieval
-  _say(f"preparing Retrieval from {args.release_dir} into {args.data_dir}")
-  counts = retrieval.prepare(args.release_dir, args.data_dir, args.max_len)
+  tsv_dir = release_dirs.aan_dir(args.release_dir, list(retrieval.SPLIT_FILES.values()))
+  _say(f"preparing Retrieval from {tsv_dir} into {args.data_dir}")
+  counts = retrieval.prepare(tsv_dir, args.data_dir, args.max_len)
   for split, num in counts.items():
     print(f"wrote {split}: {num} pairs to {args.data_dir}")
 
 
 def _pathfinder(args) -> None:
-  size = args.size or SIZE_OF.get(args.task, 32)
+  fixed = SIZE_OF.get(args.task)
+  if fixed and args.size not in (None, fixed):  # its config would refuse the data
+    raise UserError(f"python -m lra.data {args.task} makes the {fixed}x{fixed} images its "
+                    f"config reads, not --size={args.size}: drop --size, or run python -m "
+                    f"lra.data pathfinder --size={args.size}")
+  size = args.size or fixed or 32
   data_dir = args.data_dir or home.resolve(f"data/pathfinder{size}")
   out = pathfinder.prepared_dir(data_dir, args.level)
-  _say(f"preparing Pathfinder {size}x{size} ({args.level}) from {args.release_dir} into {out}"
-       if args.release_dir else f"generating {args.num_images:,} Pathfinder images ({size}x"
+  level_dir = (release_dirs.level_dir(args.release_dir, size, args.level) if args.release_dir
+               else None)
+  _say(f"preparing Pathfinder {size}x{size} ({args.level}) from {level_dir} into {out}"
+       if level_dir else f"generating {args.num_images:,} Pathfinder images ({size}x"
        f"{size}, {args.level}) into {data_dir}, prepared into {out}")
-  if args.release_dir:
-    level_dir = pathfinder.find_level_dir(args.release_dir, size, args.level)
+  if level_dir:
     counts = pathfinder.prepare(level_dir, out, size)
   else:
     counts = pathfinder.generate_and_prepare(data_dir, size=size, level=args.level,
@@ -194,7 +203,8 @@ def parser() -> argparse.ArgumentParser:
   s = sub.add_parser("retrieval", help="prepare AAN pairs from the release's tsv_data")
   s.add_argument("--data_dir", default="data/retrieval")
   s.add_argument("--release_dir", required=True,
-                 help="folder with new_aan_pairs.{train,eval,test}.tsv")
+                 help="the release's tsv_data folder (new_aan_pairs.{train,eval,test}.tsv) "
+                      "or the lra_release folder that holds it")
   s.add_argument("--max_len", type=int, default=4000)
   s.set_defaults(run=_retrieval)
 
@@ -207,7 +217,8 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--num_images", type=int, default=200000)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--workers", type=int, default=0, help="0 = all cores")
-    s.add_argument("--release_dir", help="read the original release instead of generating")
+    s.add_argument("--release_dir", help="read the original release instead of generating: "
+                   "its lra_release folder (or pathfinder<size>, or the level's folder)")
     s.set_defaults(run=_pathfinder)
 
   s = sub.add_parser("mqar", help="generate MQAR (Zoology's multi-query associative recall)")

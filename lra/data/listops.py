@@ -1,5 +1,6 @@
-"""ListOps: a reimplementation of the LRA ListOps generator, a reader for its TSV files, and
-the task loader (generating the files on first use).
+"""ListOps: a reimplementation of the LRA ListOps generator, its TSV writer, and the task
+loader (generating the files on first use); the files' vocabulary and reader are
+lra.data.listops_tsv.
 
 A tree is either an int value 0..9 or an operator node ``(op, children)`` where ``op`` is one
 of ``OPERATORS`` and ``children`` is a tuple of trees. Strings use the release format: each
@@ -18,24 +19,21 @@ from typing import Iterable, Union
 import numpy as np
 
 from lra import paths
-from lra.data import console, publish, record
+from lra.data import console, notes, publish, record
+# The TSV format's names, read from here too (lra.data.listops.tokenize, ...).
+from lra.data.listops_tsv import (HEADER, OOV_ID, OPERATORS, PAD_ID, VOCAB,  # noqa: F401
+                                  read_split, read_tsv, tokenize)
 from lra.data.tasks import FACTS, SPLITS, Task
-from lra.data.reading import decode_utf8
 from lra.errors import UserError
 
-OPERATORS: tuple[str, ...] = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
 OPERATOR_PROB = 0.25  # chance that a node above max_depth is an operator
 
-# Fixed vocabulary (the original built it from a Python set, so its ids varied between runs).
-PAD_ID = 0
-VOCAB: tuple[str, ...] = OPERATORS + tuple(str(v) for v in range(10)) + ("X",)
-OOV_ID = len(VOCAB) + 1
-# The task table's numbers (lra.data.tasks.FACTS): VOCAB's ids, padding and OOV_ID fill the
-# vocabulary exactly (tests/test_task_facts.py checks it).
+# The vocabulary (fixed ids, lra.data.listops_tsv) and the task table's numbers
+# (lra.data.tasks.FACTS): VOCAB's ids, padding and OOV_ID fill the vocabulary exactly
+# (tests/test_task_facts.py checks it).
 VOCAB_SIZE = FACTS["listops"].vocab_size
 NUM_CLASSES = FACTS["listops"].num_classes
-_TOKEN_IDS = {tok: i + 1 for i, tok in enumerate(VOCAB)}
 
 # The generator settings of the LRA release (96K/2K/2K trees, min_length < length <
 # max_length): the data command's defaults and configs/listops.py's.
@@ -43,7 +41,6 @@ RELEASE_SETTINGS: dict[str, int] = dict(num_train=96_000, num_val=2_000, num_tes
                                         min_length=500, max_length=2_000, max_depth=10,
                                         max_args=10)
 
-HEADER = "Source\tTarget"
 FILES = {split: f"basic_{split}.tsv" for split in ("train", "val", "test")}  # in a data folder
 
 # Each generation chunk stops after this many accepted trees or this many tries, whichever
@@ -247,55 +244,6 @@ def generate_split_files(data_dir: str | os.PathLike, *, num_train: int, num_val
   return paths
 
 
-def tokenize(source: str) -> list[int]:
-  """The original preprocessing: ']' -> 'X', drop '(' and ')', split on whitespace."""
-  tokens = source.replace("]", "X").replace("(", "").replace(")", "").split()
-  return [_TOKEN_IDS.get(t, OOV_ID) for t in tokens]
-
-
-def read_split(path: str | os.PathLike, max_length: int) -> tuple[np.ndarray, np.ndarray]:
-  """Reads a release TSV into int32 inputs [N, max_length] (0-padded/truncated), labels [N].
-
-  A missing or malformed file raises UserError naming the file and line."""
-  path = os.fspath(path)
-  if max_length < 1:
-    raise UserError(f"max_length must be >= 1, got {max_length}")
-  if not os.path.isfile(path):
-    raise UserError(f"ListOps split file not found: {path}")
-
-  def bad(line_no: int, what: str) -> UserError:
-    return UserError(f"{path}, line {line_no}: {what}")
-
-  inputs: list[np.ndarray] = []
-  labels: list[int] = []
-  with open(path, "rb") as f:
-    lines = (decode_utf8(raw, f"{path}, line {n}") for n, raw in enumerate(f, start=1))
-    header = next(lines, "")
-    if not header:
-      raise bad(1, f"file is empty, expected header {HEADER!r}")
-    if header.rstrip("\r\n") != HEADER:
-      raise bad(1, f"expected header {HEADER!r}, got {header.rstrip(chr(13) + chr(10))[:60]!r}")
-    for line_no, line in enumerate(lines, start=2):
-      columns = line.rstrip("\r\n").split("\t")
-      if len(columns) != 2:
-        raise bad(line_no, f"expected 2 tab-separated columns, got {len(columns)}")
-      try:
-        label = int(columns[1])
-      except ValueError:
-        label = -1
-      if not 0 <= label < NUM_CLASSES:
-        raise bad(line_no, f"label must be an integer 0..{NUM_CLASSES - 1}, got "
-                           f"{columns[1][:20]!r}")
-      row = np.zeros(max_length, dtype=np.int32)
-      ids = tokenize(columns[0])[:max_length]
-      row[:len(ids)] = ids
-      inputs.append(row)
-      labels.append(label)
-  if not inputs:
-    return np.zeros((0, max_length), np.int32), np.zeros((0,), np.int32)
-  return np.stack(inputs), np.asarray(labels, dtype=np.int32)
-
-
 # ----------------------------------------------------------------------------- the task
 
 
@@ -379,15 +327,19 @@ def load(config) -> Task:
   note = {"record": None, "cut": None}
   if made is not None:
     note = record.compare(made, data.data_dir, "listops", data, generate_command(data))
-    longest = made["settings"]["max_length"] - 1  # trees are shorter than max_length
-    if data.max_len < longest:
-      note["cut"] = {"from": longest, "to": data.max_len}
-  splits = {}
+  splits, lengths, unknown = {}, {}, {}
   for split, path in files.items():
     try:
-      inputs, labels = read_split(path, data.max_len)
+      read = read_tsv(path, data.max_len)
     except UserError as e:  # ours, from the reader: add how to get good data back
       raise UserError(f"{e}; fix or delete the file (ListOps data can be regenerated with: "
                       f"{generate_command(data)})") from None
-    splits[split] = {"inputs": inputs.astype(np.uint8), "labels": labels}
+    splits[split] = {"inputs": read.inputs.astype(np.uint8), "labels": read.labels}
+    lengths[split] = read.lengths
+    if read.unknown:
+      unknown[split] = read.unknown
+  # Measured on the examples read, whoever made them: the release's files have no record.
+  note["cut"] = notes.cut(lengths, data.max_len)
+  if unknown:  # only then, so the note of data without any stays as it was
+    note["unknown_tokens"] = unknown
   return Task.of("listops", data.max_len, splits, data=note)

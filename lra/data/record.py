@@ -9,8 +9,8 @@ from, and the files it made. It gives three promises:
   one does not make (no leftovers of an older run are read), and touches nothing else.
 - Data made with other settings is never used silently: `compare` stops a run whose config asks
   for other settings, naming the field and the command that remakes the data. The one setting a
-  config may ask smaller than the data is `max_len`: the rows are cut, and the note of the cut
-  goes with the task into results.json.
+  config may ask smaller than the data is `max_len`: the rows are cut, and the loader measures
+  the cut (lra.data.notes) into the note that goes with the task into results.json.
 - Files changed after they were made are never read, nor written over: the record holds each
   file's size and SHA-256 (`files`: {name: {"bytes", "sha256"}}, one line each), hashed once
   when the data is made, so two folders of the same data have the same record. `verify`
@@ -43,7 +43,7 @@ from lra.errors import UserError
 NAME = "lra-data.json"
 CHECKED = ".lra-data-checked.json"  # {file: its stat stamp when its hash last matched}
 FORMAT = 1  # raised when an encoding changes, so data of an older encoding is made again
-CUTTABLE = "max_len"  # rows longer than the config asks for are cut, and the cut is noted
+CUTTABLE = "max_len"  # rows longer than the config asks for are cut (the loader notes it)
 
 
 def npy_files(splits: Iterable[str], fields: Iterable[str]) -> list[str]:
@@ -101,8 +101,19 @@ def _stamp(stat: os.stat_result) -> list[int]:
   return [stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
 
 
+def _cache_is_not_a_folder(folder: str) -> None:
+  """CHECKED is this code's own cache: a folder in its place (which the OS would refuse as
+  "is a directory") is refused with the fix, which is to remove it."""
+  path = os.path.join(folder, CHECKED)
+  if os.path.isdir(path):
+    raise UserError(f"{path} is a folder, where this code keeps a file of its own (the cache "
+                    f"of which data files were last found unchanged): remove that folder, "
+                    f"then run the same command again (the cache is made again)")
+
+
 def _read_checked(folder: str) -> dict:
   """The stamps of CHECKED ({} if absent or unreadable: everything is hashed again)."""
+  _cache_is_not_a_folder(folder)
   try:
     with open(os.path.join(folder, CHECKED), encoding="utf-8") as f:
       checked = json.load(f)
@@ -195,6 +206,13 @@ def _remove(folder: str, name: str) -> None:
     parent = os.path.dirname(parent)
 
 
+def few(names: list[str], shown: int = 3) -> str:
+  """The first `shown` names and how many more: a message lists thousands of files in a line."""
+  rest = len(names) - shown
+  return ", ".join(names[:shown]) + (f" and {rest:,} more ({len(names):,} in all)" if rest > 0
+                                     else "")
+
+
 def _listed(folder: str, files: list[str], previous: dict | None) -> set[str]:
   """The files the folder's record lists; refuses a folder holding any file it does not list."""
   old = read(folder) or previous
@@ -202,12 +220,11 @@ def _listed(folder: str, files: list[str], previous: dict | None) -> set[str]:
   foreign = [name for name in _present(folder) if name not in listed]
   if foreign:
     missing = [name for name in files if not os.path.exists(os.path.join(folder, name))]
-    shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
     partial = 0 < len(missing) < len(files)  # the user's own copy, with files missing
-    advice = (f"add the missing {', '.join(missing)} yourself, or " if partial else "") + \
+    advice = (f"add the missing {few(missing)} yourself, or " if partial else "") + \
         "use an empty folder (another data_dir)"
-    raise UserError(f"{folder} holds files this code did not make ({shown}; no {NAME} lists "
-                    f"them), so nothing is written there and they are kept: {advice}")
+    raise UserError(f"{folder} holds files this code did not make ({few(foreign)}; no {NAME} "
+                    f"lists them), so nothing is written there and they are kept: {advice}")
   return listed
 
 
@@ -226,6 +243,7 @@ def writing(folder: str | os.PathLike, made: dict, files: Iterable[str],
   """
   folder, files = os.fspath(folder), sorted(files)
   if os.path.isdir(folder):  # refused before the lock file is made in a folder not ours
+    _cache_is_not_a_folder(folder)
     _listed(folder, files, previous)
   with publish.locked(folder):
     listed = _listed(folder, files, previous)  # again: another process may have written
@@ -260,7 +278,8 @@ def compare(made: dict, folder: str, task: str, data, remake: str) -> dict:
   """Checks a finished record against config.data; returns the note for Task.data.
 
   Every recorded setting must equal the config's field of that name; a smaller `max_len` cuts
-  the rows and is noted. A difference stops the run, naming the fields and the remake command.
+  the rows (the note's "cut" is left None here: the loader measures it on the rows it reads,
+  lra.data.notes). A difference stops the run, naming the fields and the remake command.
   """
   if not made.get("complete"):
     raise UserError(f"the data in {folder} is incomplete (making it was interrupted, or another "
@@ -270,20 +289,18 @@ def compare(made: dict, folder: str, task: str, data, remake: str) -> dict:
     differences.append(f"it holds {made['task']} data, the config's task is {task}")
   if made.get("format") != FORMAT:
     differences.append(f"data format {made.get('format')}, this code reads format {FORMAT}")
-  cut = None
   for key, value in sorted(made["settings"].items()):
     wanted = data.get(key)
     if key == CUTTABLE and isinstance(wanted, int) and wanted < 1:
       raise UserError(f"config.data.{key}={wanted}: give at least 1 (token per example)")
-    if key == CUTTABLE and isinstance(wanted, int) and wanted < value:
-      cut = {"from": value, "to": wanted}
-    elif wanted != value:
+    cut = key == CUTTABLE and isinstance(wanted, int) and wanted < value  # the rows are cut
+    if wanted != value and not cut:
       differences.append(f"config.data.{key}={wanted!r}, the data has {key}={value!r}")
   if differences:
     raise UserError(f"{folder} was made with other settings ({'; '.join(differences)}); make "
                     f"it again with: {remake}  (or point config.data.data_dir at another folder)")
   return {"record": {k: v for k, v in made.items() if k not in ("files", "complete")},
-          "cut": cut}
+          "cut": None}
 
 
 def check(folder: str, task: str, data, remake: str) -> dict:

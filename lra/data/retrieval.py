@@ -12,7 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
-from lra.data import console, record, store, text
+from lra.data import console, notes, record, store, text
 from lra.data.reading import decode_utf8
 from lra.data.tasks import SPLITS, Task, require_prepared
 from lra.errors import UserError
@@ -89,4 +89,6 @@ def load(config) -> Task:
   splits = {s: store.load_split(data.data_dir, s, ["inputs", "inputs2"], data.max_len,
                                 remake=remake) for s in SPLITS}
   record.verify(data.data_dir, remake)  # after the files' own checks: no edits since made
+  # Pairs with a paper longer than max_len (lra.data.notes).
+  note["cut"] = notes.cut_of_rows(splits, ["inputs", "inputs2"], data.max_len)
   return Task.of("retrieval", data.max_len, splits, data=note)

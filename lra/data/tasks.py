@@ -11,7 +11,7 @@ import copy
 import dataclasses
 import importlib
 
-from lra.data import home, store
+from lra.data import home, notes, store
 from lra.errors import UserError
 
 SPLITS = ("train", "val", "test")
@@ -72,8 +72,10 @@ class Task:
   padding: bool = True  # token id 0 is padding; if False every position is real (pixels)
   per_position: bool = False  # labels NxL, NO_TARGET where none (Facts.per_position)
   # What made the data (its lra.data.record, or None for files given by hand) and any cut of
-  # the rows to max_len: {"record": ..., "cut": {"from": L, "to": max_len} or None}. The
-  # trainer writes it into results.json, so a result says which data it was measured on.
+  # the rows to max_len, measured on the examples read: {"record": ..., "cut": {"from": the
+  # longest length, "to": max_len, examples cut, their share, per split} or None
+  # (lra.data.notes); ListOps adds "unknown_tokens" where a file has some. The trainer writes
+  # it into results.json, so a result says which data it was measured on.
   data: dict = dataclasses.field(default_factory=lambda: {"record": None, "cut": None})
 
   @classmethod
@@ -121,4 +123,5 @@ def load(config) -> Task:
   config.data.data_dir = home.resolve(data_dir)
   task = module.load(config)
   _check_labels(task)
+  notes.say(config.task, task.data)  # a cut, unknown tokens: said as the task loads
   return task

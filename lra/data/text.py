@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from lra.data import archive, record, store
+from lra.data import archive, notes, record, store
 from lra.data.reading import decode_utf8, open_tfds_source
 from lra.data.tasks import FACTS, Task, require_prepared
 from lra.errors import UserError
@@ -128,4 +128,5 @@ def load(config) -> Task:
   splits = {"train": load_split("train", train_index), "val": load_split(val_source, val_index),
             "test": load_split("test")}
   record.verify(data.data_dir, remake)  # after the files' own checks: no edits since made
+  note["cut"] = notes.cut_of_rows(splits, ["inputs"], data.max_len)  # rows longer than max_len
   return Task.of("text", data.max_len, splits, data=note)
