@@ -5,7 +5,9 @@ meta (step, best so far, the config it was made with). A restore checks the size
 reads anything: a truncated or deleted file is found without Orbax's background threads
 failing (hundreds of lines), and the step is moved aside to WORKDIR/damaged/ (never deleted)
 so that the newest intact step is restored instead. The meta copy lets the trainer compare
-configs before it compiles anything.
+configs before it compiles anything. A step killed between Orbax's commit and its manifest
+has no sizes to check; Orbax's commit vouches for its files and its own `meta` item holds
+the same meta (_read_unrecorded).
 """
 from __future__ import annotations
 
@@ -43,13 +45,30 @@ def _file_sizes(folder) -> dict[str, int]:
   return sizes
 
 
+def _read_unrecorded(folder) -> tuple[dict | None, str | None]:
+  """check() of a step folder without a manifest: killed between Orbax's commit and the
+  manifest, or saved by older code. Intact if Orbax committed it (on a local disk by renaming
+  its temporary folder, on GCS by commit_success.txt: ocp.utils.is_checkpoint_finalized), its
+  meta then read from Orbax's `meta` item (the manifest's copy is of the same dict). Without
+  that meta a resume forgets the config and the run its encoder came from (a fine-tune of a
+  denoise run's encoder has the mask token's row) and no longer fits its own checkpoint. The
+  manifest is not written here: in a multi-host run the other processes read the folder at
+  the same time, and sizes measured now would vouch for whatever happened since the commit."""
+  if not _file_sizes(folder):
+    return None, "it is empty"
+  if not ocp.utils.is_checkpoint_finalized(folder):
+    return None, f"Orbax never committed it (and it has no {MANIFEST})"
+  try:  # Orbax's own reader of the item that Checkpoints._save names "meta"
+    return ocp.JsonCheckpointHandler().restore(folder / "meta"), None
+  except (FileNotFoundError, ValueError):  # ValueError: not JSON
+    return None, f"it has no {MANIFEST} and Orbax's meta item is missing or unreadable"
+
+
 def check(folder) -> tuple[dict | None, str | None]:
-  """(meta, None) for an intact step folder, (None, why) for a damaged one. A folder without a
-  manifest (saved by older code, or killed between Orbax's commit and the manifest) is not
-  checked, unless empty: (None, None)."""
+  """(meta, None) for an intact step folder, (None, why) for a damaged one."""
   manifest = folder / MANIFEST
   if not manifest.exists():
-    return (None, "it is empty") if not _file_sizes(folder) else (None, None)
+    return _read_unrecorded(folder)
   try:
     record = json.loads(manifest.read_text())
   except ValueError:
@@ -88,10 +107,10 @@ def move_aside(workdir, folder, why: str) -> str:
 
 
 def newest_intact(workdir, kind: str, notes: list[str],
-                  only: int | None = None) -> tuple[int, dict | None] | None:
+                  only: int | None = None) -> tuple[int, dict] | None:
   """(step, meta) of the newest step in WORKDIR/KIND (or of step `only`) whose files are all
-  there (meta None if it has no manifest), or None. Damaged ones are moved aside, with a line
-  in `notes`. Reads only this module's manifests: nothing of Orbax is started."""
+  there, or None. Damaged ones are moved aside, with a line in `notes`. Reads only the
+  manifests (or Orbax's meta item, as JSON): no Orbax checkpoint manager is started."""
   folder = paths.resolve(workdir) / kind
   for step in _steps(folder):
     if only is not None and step != only:
@@ -104,7 +123,7 @@ def newest_intact(workdir, kind: str, notes: list[str],
 
 
 def find_intact(workdir, kinds=("best", "checkpoints"),
-                damaged: list[str] | None = None) -> tuple[str, int, dict | None] | None:
+                damaged: list[str] | None = None) -> tuple[str, int, dict] | None:
   """(kind, step, meta) of the newest intact step in the first of WORKDIR/KIND that has one,
   or None. Reads only: damaged steps are passed over, never moved (another run's workdir),
   each added to `damaged` as "FOLDER: why"."""
