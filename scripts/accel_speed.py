@@ -2,7 +2,7 @@
 
 Each (model, length) is measured in a fresh process by the same library call eval.py speed
 makes (lra.commands.measuring.run_in_fresh_process), and the tables are eval.py's
-(lra.reporting.speed / markdown), so the figures are eval.py speed's. What this adds: a time
+(lra.reporting.speed / speed_table), so the figures are eval.py speed's. What this adds: a time
 check before every cell (a cell starts only when the time it is expected to take is left),
 and rows kept in the work folder, so running the accelerator script again measures only the
 cells still missing.
@@ -14,7 +14,7 @@ import os
 import time
 
 from lra.commands import measuring
-from lra.reporting import files, markdown, speed
+from lra.reporting import files, speed, speed_table
 from lra.reporting.paper import PAPER_LENGTHS, PAPER_MODELS, PAPER_SPEED
 
 REAL = dict(lengths=(1024, 2048, 3072, 4096), batch=32, size=dict(measuring.TEXT_BASE_SIZE),
@@ -139,7 +139,7 @@ def write(result: dict, out: str) -> str:
   machine.update(batch=cfg["batch"], model_size=cfg["size"], dtype=cfg["dtype"])
   for row in rows:  # as eval.py speed does: each row with the machine's peak
     row.setdefault("matmul_peak_flops_per_s", machine.get("matmul_peak_flops_per_s"))
-  text = (markdown.speed_markdown(speed.speed_tables(rows), machine) if rows
+  text = (speed_table.speed_markdown(speed.speed_tables(rows), machine) if rows
           else "No speed cell was measured.\n")
   text = f"Compute dtype {cfg['dtype']}.\n\n" + text
   if result["skipped"]:

@@ -190,16 +190,16 @@ def test_speed_without_lengths_and_batch_measures_the_machines_grid(
       "platform": platform, "device_kind": platform, "device_count": 1,
       "matmul_peak_flops_per_s": 1e11})
 
-  def measure(model, length, batch, *args):
+  def measure(model, length, batch, *args, **kwargs):
     measured.append((model, length, batch))
     return {"model": model, "length": length, "batch": batch, "status": "ok",
-            "steps_per_s": 1.0, "compiled_memory_bytes": 10**8}
+            "step_time_s": 1.0, "steps_per_s": 1.0, "compiled_memory_bytes": 10**8}
   monkeypatch.setattr(measuring, "run_in_fresh_process", measure)
   code, out, err = _eval(capsys, "speed", "--models=transformer", f"--out={tmp_path}")
   assert code == 0, err
-  assert measured == [("transformer", n, batch) for n in lengths]
+  assert measured == [("transformer", n, batch) for _ in range(5) for n in lengths]  # rounds
   assert ("CPU: the CPU-sized grid (lengths 512,1024, batch 4;" in out) == said
-  assert ("(1 model x 2 lengths, one process each)" in out) == said
+  assert ("(1 model x 2 lengths x 5 rounds, one process each)" in out) == said
   machine = json.loads((tmp_path / "speed.json").read_text())["machine"]
   assert machine["batch"] == batch and machine["software"]["libraries"]["jax"]
   # Issue 36 item 5: the paper's memory is of batch 32; the CPU grid's of batch 4 says so.
@@ -210,4 +210,4 @@ def test_speed_without_lengths_and_batch_measures_the_machines_grid(
   measured.clear()
   code, out, err = _eval(capsys, "speed", "--models=transformer", "--lengths=64", "--batch=2",
                          f"--out={tmp_path}")
-  assert code == 0 and measured == [("transformer", 64, 2)] and "CPU-sized" not in out
+  assert code == 0 and measured == [("transformer", 64, 2)] * 5 and "CPU-sized" not in out

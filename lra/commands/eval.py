@@ -12,8 +12,11 @@ empty is skipped, in one line that says why and which --average or measurement w
 the paper's rows of the models that ran (`--all_paper_rows`: every model of the paper), each
 cell's runs at chance (lra.reporting.chance) and each row's tested checkpoint. `curves`
 draws curves.png: train and validation loss and accuracy against step from each run's
-metrics.jsonl, a line per run. `speed` measures the real train step of every model at every
-length, each in a fresh process, and writes speed.{md,csv,json} and scaling.png; without
+metrics.jsonl, a line per run (a run in its model's colour of every chart). `speed` measures
+the real train step of every model at every length in --repeats interleaved rounds (each
+round every cell once, in turn, each time in a fresh process), and writes speed.{md,csv,json}
+(the median with the min-max over the rounds; every round's figure in the JSON) and
+scaling.png; without
 --lengths/--batch it measures the paper's grid (1K-4K tokens, batch 32), or on a CPU a CPU-sized
 one (512 and 1024 tokens, batch 4), and says so. `--config.model.KEY=VALUE` overrides a
 config.model field of every model (after the size flags; values are Python literals), as
@@ -31,7 +34,8 @@ from lra import cli, paths, plugins, provenance
 from lra.commands import measuring
 from lra.errors import UserError, run_command
 from lra.commands.references import paper_configs
-from lra.reporting import accuracy, curves, files, markdown, results, speed
+from lra.reporting import accuracy, curves, files, results, speed, speed_table
+from lra.reporting.numbers import sig3
 from lra.reporting.paper import TASKS
 
 # eval.py speed's (model, length) grid where --lengths and --batch are not given: the paper's
@@ -110,7 +114,8 @@ def _bubble(charts, path, table: dict, found: list[dict], measured: dict, averag
   tables = speed.speed_tables(measured["rows"])
   scores, steps, memory, length = speed.bubble_inputs(table, tables, average)
   what = f"{average} test" if average in TASKS else "average"
-  note = speed.size_note(measured["machine"], found, length)
+  notes = (speed.size_note(measured["machine"], found, length),
+           speed.steps_note(table, average, set(scores) & set(steps) & set(memory)))
   marked = frozenset(row["model"] for row in table["rows"]
                      if (row["cells"][average]["not_comparable"] if average in TASKS
                          else not row[f"{average}_comparable"]))
@@ -119,7 +124,7 @@ def _bubble(charts, path, table: dict, found: list[dict], measured: dict, averag
                       f"{measured['machine'].get('device_kind', '?')}",
                       ylabel=f"{what} accuracy (%)",
                       baseline=accuracy.guessing_baseline(table, average),
-                      notes=(note,) if note else (), marked=marked,
+                      notes=tuple(n for n in notes if n), marked=marked,
                       spread=accuracy.spread(table, average))  # error bars over seeds
   print(f"wrote {path}")
 
@@ -128,11 +133,12 @@ def _curves(args) -> None:
   from lra.reporting import charts
   _writable_folder(args.out)
   warnings: list[str] = []
-  found = curves.read_curves(args.runs, warnings)  # a missing or malformed file: one line
+  models: dict[str, str | None] = {}  # each run's model, for its colour
+  found = curves.read_curves(args.runs, warnings, models)  # a missing or bad file: one line
   _warn(warnings)
   path = paths.resolve(args.out) / "curves.png"
   charts.curves_chart(path, found, curves.PANELS,
-                      f"Training curves ({len(found)} run{'s' * (len(found) > 1)})")
+                      f"Training curves ({len(found)} run{'s' * (len(found) > 1)})", models)
   print(f"wrote {args.out}/curves.png ({', '.join(found)})")
 
 
@@ -186,6 +192,23 @@ def _grid(args, platform: str) -> str | None:
           f"CPU): give --lengths and --batch to choose; --models to measure fewer")
 
 
+def _measure(args, models: list[str], lengths: list[int], size: dict, sets: dict,
+             imports: tuple[str, ...]) -> list[dict]:
+  """Every (model, length) once per round for --repeats rounds, in turn (round-robin), each
+  time in a fresh process that times one round of steps; a row per cell with every round's
+  figure (measuring.measure_rounds)."""
+  def report(number: int, row: dict) -> None:
+    shown = f"{sig3(row['steps_per_s'])} steps/s" if row["status"] == "ok" else row["status"]
+    print(f"  round {number}/{args.repeats}: {row['model']} @ {row['length']}: {shown}",
+          flush=True)
+  with measuring.compile_cache() as cache:
+    def one(model: str, length: int) -> dict:
+      return measuring.run_in_fresh_process(model, length, args.batch, size, args.dtype, 1,
+                                            args.timeout, imports, sets, compile_cache=cache)
+    cells = [(model, length) for model in models for length in lengths]
+    return measuring.measure_rounds(cells, args.repeats, one, report)
+
+
 def _speed(args) -> None:
   """Measures every (model, length) in a fresh process; every flag is checked before anything
   is measured (the models at the grid's lengths once the machine, and so the grid, is known)."""
@@ -212,24 +235,17 @@ def _speed(args) -> None:
   if not chosen:
     _check_models(models, lengths, args.batch, size, args.dtype, sets)
   if note:
-    print(f"{note} ({len(models)} model{'s' * (len(models) > 1)} x {len(lengths)} lengths, "
-          f"one process each)", flush=True)
+    print(f"{note} ({len(models)} model{'s' * (len(models) > 1)} x {len(lengths)} lengths "
+          f"x {args.repeats} rounds, one process each)", flush=True)
   machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype,
                  software=provenance.software())
   print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "
         f"{machine['matmul_peak_flops_per_s'] / 1e9:.0f} GFLOP/s ({args.dtype})", flush=True)
-  rows = []
-  for model in models:
-    for length in lengths:
-      row = measuring.run_in_fresh_process(model, length, args.batch, size, args.dtype,
-                                           args.repeats, args.timeout, tuple(imports),
-                                           sets)
-      row["matmul_peak_flops_per_s"] = machine["matmul_peak_flops_per_s"]
-      rows.append(row)
-      shown = (f"{row['steps_per_s']:.3f} steps/s" if row["status"] == "ok" else row["status"])
-      print(f"  {model} @ {length}: {shown}", flush=True)
+  rows = _measure(args, models, lengths, size, sets, tuple(imports))
+  for row in rows:
+    row["matmul_peak_flops_per_s"] = machine["matmul_peak_flops_per_s"]
   out = paths.resolve(args.out)  # a local folder or a URL such as gs://bucket/eval
-  text = markdown.speed_markdown(speed.speed_tables(rows), machine)
+  text = speed_table.speed_markdown(speed.speed_tables(rows), machine)
   # Each file whole, written only now that every row is in; a full or read-only disk is one
   # line (run_command).
   files.write_json(out / "speed.json", {"machine": machine, "rows": rows})
@@ -270,8 +286,11 @@ def parser() -> argparse.ArgumentParser:
   for key, value in measuring.TEXT_BASE_SIZE.items():
     s.add_argument(f"--{key}", type=int, default=value)
   s.add_argument("--dtype", default="float32", help="compute dtype, e.g. bfloat16 on a GPU")
-  s.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is kept")
-  s.add_argument("--timeout", type=float, default=1800, help="seconds per (model, length)")
+  s.add_argument("--repeats", type=int, default=5,
+                 help="rounds: every (model, length) is timed once per round, in turn, each "
+                      "time in a fresh process; the median and the min-max are reported")
+  s.add_argument("--timeout", type=float, default=1800,
+                 help="seconds per (model, length) and round")
   plugins.add_flag(s, ", imported in each measuring process too")
   s.epilog = ("--config.model.KEY=VALUE (repeatable) overrides a config.model field of every "
               "model after the size flags, e.g. --config.model.reversible=True, or a mixer "

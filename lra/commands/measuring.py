@@ -1,5 +1,6 @@
 """The speed and memory runs of `eval.py speed`: the Text config of each (model, length), measured
-one per fresh process so that no model's peak memory counts for another.
+one per fresh process so that no model's peak memory counts for another, in interleaved rounds
+(`measure_rounds`) so that a slow spell of a shared machine falls on every model alike.
 
 The setup of the paper's Table 2: the Text task (random bytes), the Text base model by default,
 batch 32, lengths 1K-4K. `python -m lra.commands.measuring --one ...` is the child process that measures
@@ -9,18 +10,21 @@ the device and its matmul peak. A command, so it loads configs/ (the library doe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import traceback
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from lra.configs import table, text
 from lra import cli, plugins
 from lra.errors import UserError
 from lra.commands import grid_plan
-from lra.reporting import benchmark
+from lra.reporting import benchmark, rounds
 
 # The Text base model of the original repository (configs/table.py).
 TEXT_BASE_SIZE = dict(table.SIZES["text"]["base"])
@@ -62,8 +66,10 @@ def model_sets(items: list[tuple[str | None, str, str]]) -> dict[str, Any]:
 def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, int],
                          dtype: str, repeats: int, timeout_s: float,
                          imports: tuple[str, ...] = (),
-                         sets: dict[str, Any] | None = None) -> dict[str, Any]:
-  """One (model, length) per process, so no model's peak memory counts for another."""
+                         sets: dict[str, Any] | None = None,
+                         compile_cache: str | None = None) -> dict[str, Any]:
+  """One (model, length) per process, so no model's peak memory counts for another;
+  `compile_cache` a JAX persistent compilation cache folder that the child uses."""
   command = [sys.executable, "-m", _CHILD, "--one", "--model", model,
              "--length", str(length), "--batch", str(batch), "--dtype", dtype,
              "--repeats", str(repeats), "--size", json.dumps(size)]
@@ -71,6 +77,9 @@ def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, in
   command += [f"{cli.PREFIX}model.{key}={value!r}" for key, value in (sets or {}).items()]
   env = plugins.child_environment()  # the modules are the flags; the caller's folder searched
   env["PYTHONPATH"] = _ROOT + os.pathsep + env["PYTHONPATH"]
+  if compile_cache:
+    env["JAX_COMPILATION_CACHE_DIR"] = compile_cache
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # a small model's too
   try:
     proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env,
                           cwd=_ROOT)
@@ -83,6 +92,45 @@ def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, in
     return benchmark.failure(model, length, batch, "OOM (process killed)")
   return benchmark.failure(model, length, batch, proc.stderr or f"exit code {proc.returncode}",
                            proc.stdout + proc.stderr)
+
+
+@contextlib.contextmanager
+def compile_cache() -> Iterator[str]:
+  """The JAX persistent compilation cache folder for a speed run's children: the one
+  JAX_COMPILATION_CACHE_DIR names, else a fresh one removed at the end. A cell's later rounds
+  load its compiled step from it instead of compiling again (compiling is never timed)."""
+  given = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+  if given:
+    yield given
+    return
+  folder = tempfile.mkdtemp(prefix="lra_speed_cache_")
+  try:
+    yield folder
+  finally:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def measure_rounds(cells: list[tuple[str, int]], count: int,
+                   measure_one: Callable[[str, int], dict],
+                   report: Callable[[int, dict], None] | None = None) -> list[dict]:
+  """Times every (model, length) of `cells` once per round, in turn: round 1 measures each
+  cell, then round 2 each again, and so on (round-robin), so that a slow spell of a shared
+  machine falls on every model alike, not on the one that happened to be measured then.
+  `measure_one(model, length)` measures a cell once in a fresh process (as
+  `run_in_fresh_process`: one process at a time, as a GPU or TPU holds one program's memory),
+  which times its steps after compiling and a warm-up step. A cell that fails (OOM, error,
+  timeout) is not measured again. `report(round, row)` after each (round from 1). Returns a
+  row per cell with every round's figure (lra.reporting.rounds.combine)."""
+  measured: dict[tuple[str, int], list[dict]] = {cell: [] for cell in cells}
+  for number in range(1, count + 1):
+    for cell in cells:
+      done = measured[cell]
+      if done and done[-1].get("status") != "ok":
+        continue
+      done.append(measure_one(*cell))
+      if report is not None:
+        report(number, done[-1])
+  return [rounds.combine(measured[cell]) for cell in cells]
 
 
 def machine_in_fresh_process(dtype: str, timeout_s: float = 600) -> dict[str, Any]:

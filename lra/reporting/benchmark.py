@@ -58,9 +58,12 @@ def override(model_config, sets: dict[str, Any], root: str = "config.model") -> 
       raise UserError(f"{flag}={value!r}: {e}") from None
 
 
-def measure(config, repeats: int = 5, steps_per_repeat: int = 3) -> dict[str, Any]:
+def measure(config, repeats: int = 5, steps_per_repeat: int = 3,
+            min_repeat_s: float = 1.0) -> dict[str, Any]:
   """Compiles and times the real train step (forward, backward, AdamW update) of a Text
-  `config` (its model, data.max_len and batch_size) on random bytes, in this process."""
+  `config` (its model, data.max_len and batch_size) on random bytes, in this process: after a
+  warm-up step, `repeats` times the mean of at least `steps_per_repeat` steps and
+  `min_repeat_s` seconds (a fast step alone is timer and dispatch noise); the median kept."""
   import jax
   import numpy as np
   from lra.data import tasks
@@ -95,12 +98,15 @@ def measure(config, repeats: int = 5, steps_per_repeat: int = 3) -> dict[str, An
   jax.block_until_ready(metrics)
   times = []
   for _ in range(repeats):
-    start = time.perf_counter()
-    for _ in range(steps_per_repeat):
-      state, metrics = compiled(state, batch_arrays, key)
-    jax.block_until_ready((state, metrics))
-    times.append((time.perf_counter() - start) / steps_per_repeat)
+    start, steps = time.perf_counter(), 0
+    while steps == 0 or time.perf_counter() - start < min_repeat_s:
+      for _ in range(steps_per_repeat):
+        state, metrics = compiled(state, batch_arrays, key)
+      jax.block_until_ready((state, metrics))
+      steps += steps_per_repeat
+    times.append((time.perf_counter() - start) / steps)
   row["step_time_s"] = float(np.median(times))
+  row["timed_steps"] = steps  # of the last repeat
   row["steps_per_s"] = 1.0 / row["step_time_s"]
   if row["flops_per_step"]:
     row["achieved_flops_per_s"] = row["flops_per_step"] / row["step_time_s"]

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import io
 import math
+import zlib
 from typing import Any
 
 from lra import paths
 from lra.reporting.numbers import memory_text
-from lra.reporting.paper import PAPER_MODELS, model_order, model_title
+from lra.reporting.paper import MODEL_TITLES, PAPER_MODELS, model_order, model_title
 from lra.reporting.speed import speed_tables
 
 _MARKERS = "osD^vP*Xhp<>"
@@ -24,15 +25,29 @@ def _pyplot() -> Any:
   return plt
 
 
-def _style(models: list[str]) -> dict[str, tuple[Any, str]]:
-  """A fixed (colour, marker) per model, so a model looks the same in every chart."""
+# Every model the reports name, in a fixed order: a model's place here is its colour and marker
+# in every chart, whatever other models a chart shows (the paper's first, then the others).
+_KNOWN = tuple(dict.fromkeys((*PAPER_MODELS, *MODEL_TITLES)))
+_SLOTS = 60  # (colour, marker) pairs that differ: tab20's 20 colours x 12 markers, lcm 60
+
+
+def model_style(model: str) -> tuple[Any, str]:
+  """The (colour, marker) of `model` in every chart: by its place among the known models;
+  another name (a mixer from outside models/, a row started from another run) by a hash of
+  the name into the pairs no known model has, so it too looks the same in every chart."""
   import matplotlib
   cmap = matplotlib.colormaps["tab20"]
-  known = list(PAPER_MODELS) + sorted(set(models) - set(PAPER_MODELS))
+  if model in _KNOWN:
+    index = _KNOWN.index(model)
+  else:  # crc32, not hash(): the same in every process
+    index = len(_KNOWN) + zlib.crc32(model.encode()) % (_SLOTS - len(_KNOWN))
   # Even tab20 slots first: the darker, more distinct half of the palette.
   slots = list(range(0, 20, 2)) + list(range(1, 20, 2))
-  return {m: (cmap(slots[known.index(m) % 20]), _MARKERS[known.index(m) % len(_MARKERS)])
-          for m in models}
+  return cmap(slots[index % 20]), _MARKERS[index % len(_MARKERS)]
+
+
+def _style(models: list[str]) -> dict[str, tuple[Any, str]]:
+  return {m: model_style(m) for m in models}
 
 
 def _save(fig: Any, path) -> None:
@@ -213,6 +228,17 @@ def _model_points(tables: dict, model: str
   return times, mems, failed
 
 
+def _time_bars(ax: Any, tables: dict, model: str, colour: Any) -> bool:
+  """The min-max over the rounds of a model's step times as bars; whether it had any."""
+  cells = [(n, c) for n, c in tables["speed"][model].items()
+           if c["status"] == "ok" and c["low"] is not None]
+  for n, c in cells:  # step time = 1 / steps per second: the slowest round is the top
+    t = 1.0 / c["steps_per_s"]
+    ax.errorbar([n], [t], yerr=[[t - 1.0 / c["high"]], [1.0 / c["low"] - t]], fmt="none",
+                ecolor=colour, elinewidth=1, capsize=3)
+  return bool(cells)
+
+
 def _log_log_axes(axes: tuple[Any, Any], lengths: list[int], memory_unit: str = "GB") -> None:
   """Lengths as powers of two; plain numbers (0.5, not 5x10^-1) on the log y axes."""
   from matplotlib.ticker import FuncFormatter
@@ -256,6 +282,7 @@ def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs
   # MB when every figure is below 1 GB, as in the tables.
   small = all(gb < 1 for _, mems, _ in by_model.values() for _, gb in mems)
   unit, scale = ("MB", 1000.0) if small else ("GB", 1.0)
+  bars = False
   for m in models:
     times, mems, failed = by_model[m]
     mems = [(n, gb * scale) for n, gb in mems]
@@ -265,10 +292,12 @@ def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs
       if points:
         ax.plot(*zip(*points), marker=marker, color=color, label=label, linewidth=1.5,
                 markersize=6)
+    bars = _time_bars(ax_t, tables, m, color) or bars
   measure = {("peak",): "device peak", ("compiled",): "XLA compiled analysis"}.get(
       tuple(tables["memory_measures"]), "peak where reported, else XLA compiled analysis")
   _log_log_axes((ax_t, ax_m), lengths, unit)
-  ax_t.set_title("training step time")
+  ax_t.set_title("training step time" + (" (median; bars: min-max over the rounds)"
+                                          if bars else ""))
   ax_m.set_title(f"memory ({measure})")
   handles, labels = ax_t.get_legend_handles_labels()
   seen = set(labels)
@@ -285,27 +314,42 @@ def scaling_chart(path: str, rows: list[dict], title: str = "Speed and memory vs
   _save(fig, path)
 
 
+_DASHES = ("-", "--", ":", "-.")
+
+
+def _run_styles(names: list[str], models: dict[str, str | None]) -> dict[str, tuple[Any, str]]:
+  """(colour, dash) per run: its model's colour (model_style; a run whose model is not
+  recorded by its own name's), the runs of one colour told apart by the dash."""
+  styles: dict[str, tuple[Any, str]] = {}
+  for name in names:
+    colour = model_style(models.get(name) or name)[0]
+    same = sum(c == colour for c, _ in styles.values())
+    styles[name] = colour, _DASHES[same % len(_DASHES)]
+  return styles
+
+
 def curves_chart(path, curves: dict[str, dict[str, list]], panels: tuple[tuple[str, str], ...],
-                 title: str = "Training curves") -> dict[str, Any]:
+                 title: str = "Training curves",
+                 models: dict[str, str | None] | None = None) -> dict[str, Any]:
   """One PNG of 2 x 2 panels (lra.reporting.curves.PANELS: train and validation loss and
-  accuracy) against the step, a line per run in one colour throughout, and one legend by run
-  name. `curves`: {run name: {metric: [(step, value), ...]}}. Returns what was drawn (labels,
-  legend, lines per panel), for tests."""
+  accuracy) against the step, a line per run in one style throughout, and one legend by run
+  name. `curves`: {run name: {metric: [(step, value), ...]}}; `models` {run name: model}: a
+  run is drawn in its model's colour of every chart, runs of one model in different dashes.
+  Returns what was drawn (labels, legend, lines per panel), for tests."""
   plt = _pyplot()
-  import matplotlib
   from matplotlib.lines import Line2D
   from matplotlib.ticker import MaxNLocator
-  cmap = matplotlib.colormaps["tab10" if len(curves) <= 10 else "tab20"]
+  styles = _run_styles(list(curves), models or {})
   fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
   drawn = {"labels": {}, "lines": {}}
-  for i, (ax, (metric, label)) in enumerate(zip(axes.flat, panels)):
+  for ax, (metric, label) in zip(axes.flat, panels):
     drawn["lines"][metric] = []
-    for j, (name, found) in enumerate(curves.items()):
+    for name, found in curves.items():
       points = found.get(metric) or []
       if points:
         steps, values = zip(*points)
-        ax.plot(steps, values, color=cmap(j % cmap.N), label=name, linewidth=1.5,
-                marker="o" if len(points) < 30 else None, markersize=3)
+        ax.plot(steps, values, color=styles[name][0], linestyle=styles[name][1], label=name,
+                linewidth=1.5, marker="o" if len(points) < 30 else None, markersize=3)
         drawn["lines"][metric].append(name)
     if not drawn["lines"][metric]:
       ax.text(0.5, 0.5, "no rows", ha="center", va="center", transform=ax.transAxes)
@@ -315,10 +359,10 @@ def curves_chart(path, curves: dict[str, dict[str, list]], panels: tuple[tuple[s
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
     drawn["labels"][metric] = (ax.get_xlabel(), ax.get_ylabel())
-  handles = [Line2D([], [], color=cmap(j % cmap.N), linewidth=2)
-             for j in range(len(curves))]
+  handles = [Line2D([], [], color=colour, linestyle=dash, linewidth=2)
+             for colour, dash in styles.values()]
   fig.legend(handles, list(curves), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=9,
-             title="run")
+             title="run", handlelength=3)
   drawn["legend"] = list(curves)
   fig.suptitle(title)
   fig.tight_layout()

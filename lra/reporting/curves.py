@@ -76,25 +76,41 @@ def run_names(runs: list[str]) -> list[str]:
 DENOISE_LABEL = " (denoise: masked-token loss and accuracy)"
 
 
-def _denoises(run: str) -> bool:
-  """Whether RUN's config.json says config.objective="denoise" (its loss and accuracy are
-  of the masked tokens, not of the task's labels); False where it cannot be read."""
+def _config(run: str) -> dict:
+  """RUN's config.json as train.py wrote it; {} where it cannot be read (the curves need only
+  metrics.jsonl)."""
   try:
     config = json.loads((paths.resolve(run) / "config.json").read_text())
   except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-    return False
-  return isinstance(config, dict) and config.get("objective") == "denoise"
+    return {}
+  return config if isinstance(config, dict) else {}
 
 
-def read_curves(runs: list[str], warnings: list[str]) -> dict[str, dict[str, list]]:
+def _denoises(config: dict) -> bool:
+  """Whether the config says config.objective="denoise" (its loss and accuracy are of the
+  masked tokens, not of the task's labels)."""
+  return config.get("objective") == "denoise"
+
+
+def _model(config: dict) -> str | None:
+  """config.model.name: the run's line takes the model's colour of every chart."""
+  model = config.get("model")
+  name = model.get("name") if isinstance(model, dict) else None
+  return name if isinstance(name, str) else None
+
+
+def read_curves(runs: list[str], warnings: list[str],
+                models: dict[str, str | None] | None = None) -> dict[str, dict[str, list]]:
   """{run name: {metric: [(step, value), ...] by step}} of the PANELS' metrics (accuracies in
   %). A denoise run's name says that its figures are of masked tokens (DENOISE_LABEL). A run
-  without any of them is left out with a warning; if no run has any, a UserError."""
+  without any of them is left out with a warning; if no run has any, a UserError. `models`, if
+  given, gets {run name: its model (config.json's model.name), None where not recorded}."""
   if len(set(runs)) < len(runs):
     raise UserError("a run is named twice; name each run once")
   curves = {}
   for run, name in zip(runs, run_names(runs)):
-    name += DENOISE_LABEL if _denoises(run) else ""
+    config = _config(run)
+    name += DENOISE_LABEL if _denoises(config) else ""
     found = {key: [] for key, _ in PANELS}
     for row in _rows(run):
       for key in found:
@@ -105,6 +121,8 @@ def read_curves(runs: list[str], warnings: list[str]) -> dict[str, dict[str, lis
       warnings.append(f"{run}: its metrics.jsonl has no loss or accuracy rows yet; left out")
       continue
     curves[name] = {key: sorted(points) for key, points in found.items()}
+    if models is not None:
+      models[name] = _model(config)
   if not curves:
     raise UserError(f"no run has a loss or accuracy row in its metrics.jsonl "
                     f"({', '.join(runs)}); nothing drawn")

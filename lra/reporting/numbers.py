@@ -37,3 +37,14 @@ def memory_text(gb: float | None) -> str:
   if gb is None:
     return "-"
   return f"{gb * 1000:.0f} MB" if gb < 1 else f"{gb:.2f} GB"
+
+
+def sig3(x: float | None) -> str:
+  """Three significant figures, never in e-notation: 0.179, 1.52, 12.3, 456 (a figure of 1000
+  or more in whole units, 1234); '-' if missing."""
+  if x is None:
+    return "-"
+  if x == 0 or abs(x) >= 100:
+    return f"{x:.0f}"
+  rounded = float(f"{x:.3g}")  # 9.996 -> 10.0: the decimals follow the rounded figure
+  return f"{rounded:.{max(0, 2 - math.floor(math.log10(abs(rounded))))}f}"

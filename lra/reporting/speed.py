@@ -1,8 +1,10 @@
 """The speed, memory and FLOP tables of a benchmark run, next to the paper's Table 2."""
 from __future__ import annotations
 
+from lra.reporting import rounds
 from lra.reporting.numbers import finite
-from lra.reporting.paper import PAPER_MEMORY, PAPER_SPEED, model_order
+from lra.reporting.paper import (PAPER_MEMORY, PAPER_SPEED, TASK_TITLES, TASKS, TASKS5,
+                                  model_order, model_title)
 
 GB = 1e9
 
@@ -28,8 +30,44 @@ def memory_of(row: dict) -> tuple[float | None, str | None]:
   return None, None
 
 
+def _speed_cell(model: str, row: dict, base: dict | None, baseline: str, length: int) -> dict:
+  """One speed cell: the median steps/s with its min-max over the rounds (lra.reporting.rounds),
+  the ratio of the medians to the baseline's and whether their ranges overlap (`ratio_tied`:
+  True, False, or None where either has no spread), the paper's figure and ratio."""
+  ok = _status(row) == "ok"
+  figure = rounds.spread(row) if ok else {"steps_per_s": None, "low": None, "high": None,
+                                           "rounds": None}
+  base_ok = base is not None and _status(base) == "ok"
+  base_figure = rounds.spread(base) if base_ok else {"steps_per_s": None}
+  steps, base_steps = figure["steps_per_s"], base_figure["steps_per_s"]
+  ratio = steps / base_steps if steps is not None and base_steps else None
+  paper = PAPER_SPEED.get(model, {}).get(length)
+  paper_base = PAPER_SPEED.get(baseline, {}).get(length)
+  own = model == baseline
+  return {
+      "status": _status(row), "detail": str(row.get("status", "")), **figure,
+      "step_time_s": 1.0 / steps if steps else None,
+      "ratio": None if own else ratio,
+      "ratio_tied": None if own or ratio is None else rounds.overlap(figure, base_figure),
+      "paper": paper,
+      "paper_ratio": (paper / paper_base if not own and paper is not None and paper_base
+                      else None),
+  }
+
+
+def _ties(speed: dict[str, dict[int, dict]], lengths: list[int]) -> dict:
+  """{length: pairs of models whose ranges overlap} and {length: ok models without a spread}."""
+  tied, unspread = {}, {}
+  for n in lengths:
+    ok = {m: cells[n] for m, cells in speed.items() if n in cells and cells[n]["status"] == "ok"}
+    tied[n] = rounds.ties(ok)
+    unspread[n] = [m for m, c in ok.items() if c["low"] is None]
+  return {"ties": tied, "unspread": unspread}
+
+
 def speed_tables(rows: list[dict], baseline: str = "transformer") -> dict:
-  """Per (model, length): speed with the ratio to `baseline`, memory, FLOPs.
+  """Per (model, length): speed (the median over the rounds with its min-max) with the ratio
+  to `baseline`, memory, FLOPs; per length the pairs of models that the speed cannot rank.
 
   A later row for the same (model, length) replaces an earlier one (a re-measurement).
   Ratios exist only where both this cell and the baseline's are ok.
@@ -52,23 +90,10 @@ def speed_tables(rows: list[dict], baseline: str = "transformer") -> dict:
       row = latest.get((model, length))
       if row is None:
         continue
-      status = _status(row)
+      speed[model][length] = _speed_cell(model, row, latest.get((baseline, length)), baseline,
+                                         length)
+      status = speed[model][length]["status"]
       ok = status == "ok"
-      base = latest.get((baseline, length))
-      steps = finite(row.get("steps_per_s")) if ok else None
-      base_steps = (finite(base.get("steps_per_s"))
-                    if base is not None and _status(base) == "ok" else None)
-      ratio = steps / base_steps if steps is not None and base_steps else None
-      paper = PAPER_SPEED.get(model, {}).get(length)
-      paper_base = PAPER_SPEED.get(baseline, {}).get(length)
-      speed[model][length] = {
-          "status": status, "detail": str(row.get("status", "")),
-          "steps_per_s": steps, "step_time_s": finite(row.get("step_time_s")) if ok else None,
-          "ratio": None if model == baseline else ratio,
-          "paper": paper,
-          "paper_ratio": (paper / paper_base if model != baseline and paper is not None
-                          and paper_base else None),
-      }
       mem, measure = memory_of(row) if ok else (None, None)
       memory[model][length] = {"status": status, "gb": None if mem is None else mem / GB,
                                "measure": measure,
@@ -85,7 +110,7 @@ def speed_tables(rows: list[dict], baseline: str = "transformer") -> dict:
   measures = {c["measure"] for m in memory.values() for c in m.values() if c["measure"]}
   return {"baseline": baseline, "lengths": lengths, "models": models, "speed": speed,
           "memory": memory, "flops": flops, "memory_measures": sorted(measures),
-          "notes": notes}
+          "notes": notes, **_ties(speed, lengths)}
 
 
 def score(row: dict, average: str) -> float | None:
@@ -161,3 +186,19 @@ def size_note(machine: dict, found: list[dict], length: int | None) -> str | Non
   return (f"Speed and memory measured with one model size for every model ({shown}; batch "
           f"{machine.get('batch', '?')}, {length} tokens), not the sizes of the accuracy runs "
           f"of {', '.join(differ)}")
+
+
+def steps_note(acc_table: dict, average: str, models: set[str]) -> str | None:
+  """A line for the bubble chart when, on a task of its `average`, the runs behind its points
+  (`models`) were trained for different numbers of steps (results.json num_train_steps), so
+  their accuracies are not of equal training; None when they agree."""
+  tasks = [average] if average in TASKS else list(TASKS5 if average == "avg5" else TASKS)
+  parts = []
+  for task in tasks:
+    steps = {row["model"]: row["cells"][task]["run"].get("num_train_steps")
+             for row in acc_table["rows"] if row["model"] in models and row["cells"][task]["run"]}
+    if len(set(steps.values())) > 1:
+      parts.append(f"{TASK_TITLES[task]}: " + ", ".join(
+          f"{model_title(m)} {'?' if n is None else f'{n:,}'}" for m, n in steps.items()))
+  return ("Trained for different numbers of steps (num_train_steps): " + "; ".join(parts)
+          if parts else None)
