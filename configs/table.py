@@ -4,7 +4,8 @@ Every task config calls `apply` (through base.finish) last, so the choices below
 only place where a model's size, pooling, positions or a mixer setting depends on the task or
 on the model. What a mixer needs on every task is a fact of the mixer, kept on its class
 (ENCODER_SETTINGS, SETTINGS_WHEN; models/common.py) and read here through the registry.
-Trainer settings (steps, batch, learning rate) stay in the task's own config; a mixer's
+Trainer settings (steps, batch, learning rate) stay in the task's own config, but for the
+`cpu` option's evaluation size and the denoise mask rate, per task below; a mixer's
 defaults stay in its module; the state-space papers' and Mega's own tables are in
 configs/published/ (applied here, after this table).
 """
@@ -122,6 +123,21 @@ SPT_MASK_RATE = {"listops": 0.10, "text": 0.15, "retrieval": 0.15, "image": 0.50
                  "path256": 0.50}
 
 
+# The `cpu` option's evaluation size (config.eval_max_examples: validation and test each read a
+# fixed random sample of this many examples) where a short CPU run would spend most of its time
+# evaluating: Image's 60 steps of batch 8 train on 480 images, and its four validations of
+# 5,000 and two test passes of 10,000 took 93% of a run. The rule: the run's evaluations (its
+# validations, num_train_steps / eval_every, and two test passes) read at most half as many
+# examples as its training. An evaluated example costs 1/2 to 1/5 of a trained one (one
+# evaluation batch against one train step on the 2-core CPU: the Performer 1/2.2, S5 1/2.4,
+# the Transformer 1/5), so evaluation takes at most about a fifth of training and evaluating
+# (compiling its step, 1-9 s, apart). Image and Pathfinder (60 steps of 8): 6 x 40 = 240 of 480
+# examples; Text and Retrieval (200 steps of 16): 6 x 256 = 1,536 of 3,200. ListOps (2,000
+# steps of 64; 8 validations of 1,000, tests of 2,000) and MQAR evaluate every example; Path-X's
+# and Path-256's smoke runs (a few steps and images) are all compiling.
+CPU_EVAL_EXAMPLES = {"image": 40, "pathfinder": 40, "text": 256, "retrieval": 256}
+
+
 def apply(c, options: set[str]):
   """Sets config `c` (task c.task, model c.model.name) from the tables above, then from the
   model's published table (configs/published), if it has one."""
@@ -132,6 +148,7 @@ def apply(c, options: set[str]):
     c.model.update(sizes["paper"])
   if "cpu" in options:
     c.model.update(sizes["cpu"])
+    c.eval_max_examples = CPU_EVAL_EXAMPLES.get(task, c.eval_max_examples)
   c.model.update(TASK.get(task, {}))
   if "cpu" not in options:
     c.model.update(TASK_MODEL.get((task, model), {}))

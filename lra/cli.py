@@ -2,17 +2,33 @@
 its root, as train.py reads it (ml_collections). The grid (python -m lra.commands.leaderboard),
 eval.py speed (and its measuring child) and scripts/program_cost.py take the same items through
 `take_overrides`; the grid also `--config.KEY@SCOPE=VALUE` for the runs of one task or model.
-`--set KEY=VALUE`, the old spelling of those commands, still works and says how to write it."""
+`--set KEY=VALUE`, the old spelling of those commands, still works and says how to write it.
+One key given two values in one scope is refused (`agree`). The root train.py and eval.py first
+ask `require_packages`: run without the venv, they name the command that installs it."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 from typing import Any
 
-from lra.errors import UserError
+from lra.errors import UserError, fail
 
 PREFIX = "--config."
 EXAMPLE = "--config.num_train_steps=100"
+# The README's set-up command (tests/test_run_guards.py keeps the two the same).
+INSTALL = "python3 -m venv .venv && . .venv/bin/activate && pip install -e . -c constraints.txt"
+# What the commands import first; lra itself reads from a checkout without being installed.
+PACKAGES = ("jax", "flax", "optax", "absl", "ml_collections")
+
+
+def require_packages() -> None:
+  """Exits with one line naming the install command where this Python lacks the packages
+  (run outside the venv: `import jax` would fail with a ModuleNotFoundError's traceback)."""
+  missing = [name for name in PACKAGES if importlib.util.find_spec(name) is None]
+  if missing:
+    fail(f"{', '.join(missing)} not installed for {sys.executable}: activate the venv "
+         f"(. .venv/bin/activate) or set it up: {INSTALL}")
 
 
 def literal(text: str) -> Any:
@@ -69,7 +85,40 @@ def take_overrides(argv: list[str], *, scoped: bool = False, set_root: str = ""
       continue
     rest.append(arg)
     i += 1
+  agree(found)
   return rest, found
+
+
+def agree(items: list[tuple[str | None, str, str]], where: str = "") -> None:
+  """Refuses one key given two values that differ (as `literal` reads them) among `items`;
+  the same value twice is taken. `where`: the run they reach, for the message (else one scope:
+  items of different scopes are then not compared)."""
+  seen: dict[tuple, tuple[str | None, str, str]] = {}
+  for item in items:
+    scope, key, value = item
+    first = seen.setdefault((None if where else scope, key), item)
+    if literal(first[2]) != literal(value):
+      fix = (f"give each run one value ({PREFIX}KEY@TASK=VALUE or {PREFIX}KEY@MODEL=VALUE "
+             f"for the runs of one task or model)" if where else "give it once")
+      raise UserError(f"{where + ': ' if where else ''}{spelled(*first)} and "
+                      f"{spelled(*item)} disagree: {fix}")
+
+
+def set_value(config, key: str, value: str) -> None:
+  """Sets config KEY (dotted) to the command line's VALUE as train.py's parser does
+  (ml_collections'): read as the field's type, a str field keeping the text; a value the field
+  cannot take is a UserError."""
+  from absl import flags
+  from ml_collections.config_flags import config_path
+  parsers = {bool: flags.BooleanParser(), int: flags.IntegerParser(),
+             float: flags.FloatParser(), str: flags.ArgumentParser()}
+  kind = config_path.get_type(key, config)
+  try:
+    parsed = parsers[kind].parse(value) if kind in parsers else literal(
+        value.capitalize() if value in ("true", "false") else value)
+    config_path.set_value(key, config, parsed)
+  except (TypeError, ValueError) as e:  # ml_collections keeps each field's type
+    raise UserError(f"{spelled(None, key, value)}: {e}") from None
 
 
 def as_dict(items: list[tuple[str | None, str, str]]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from lra.commands.references import paper_configs
-from lra.reporting import accuracy, charts, markdown, results, speed
+from lra.reporting import accuracy, charts, markdown, results, speed, speed_table
 from lra.training import writers
 
 EVAL = importlib.import_module("eval")
@@ -173,7 +173,7 @@ def test_bubble_chart_is_honest(tmp_path, monkeypatch):
 
 def test_memory_below_one_gigabyte_in_megabytes():
   tables = speed.speed_tables(SPEED["rows"])
-  md = markdown.speed_markdown(tables)
+  md = speed_table.speed_markdown(tables)
   assert "| Transformer | 500 MB (850 MB) |" in md and "| Performer | 2.00 GB (370 MB) |" in md
 
 

@@ -24,7 +24,8 @@ IGNORED = {"seed", "data.seed", "data.split_seed", "data.data_dir", "data.worker
            # Added since: the same mean gradient, by micro-batches (float rounding apart);
            # the protocol (SPT runs get rows of their own in the tables).
            "grad_accum_steps", "objective", "mask_rate", "init_from",
-           "writers"}  # where metrics go
+           "writers",  # where metrics go
+           "eval_max_examples"}  # its sample shows in the counts (comparable._data_differences)
 
 
 def test_base_config_holds_the_table_in_its_order_with_its_defaults():

@@ -13,7 +13,7 @@ import pytest
 
 from lra.data import tasks
 from lra.commands.references import paper_configs
-from lra.reporting import accuracy, charts, files, markdown, paper, results, speed
+from lra.reporting import accuracy, charts, files, markdown, paper, results, speed, speed_table
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 
@@ -258,16 +258,17 @@ def test_speed_tables_and_markdown():
   assert tables["flops"]["performer"][1024]["fraction_of_peak"] == pytest.approx(0.2)
   assert sorted(tables["memory_measures"]) == ["compiled", "peak"]
 
-  md = markdown.speed_markdown(tables, machine={"device_kind": "cpu", "platform": "cpu",
-                                                "device_count": 1, "jax_version": "0.0",
-                                                "matmul_peak_flops_per_s": 1e14, "batch": 32})
+  md = speed_table.speed_markdown(tables, machine={"device_kind": "cpu", "platform": "cpu",
+                                                   "device_count": 1, "jax_version": "0.0",
+                                                   "matmul_peak_flops_per_s": 1e14,
+                                                   "batch": 32})
   lines = md.splitlines()
   perf_line = next(x for x in lines if x.startswith("| Performer ") and "x" in x)
-  assert "5.0 (2.5x; paper 1.2x)" in perf_line
-  assert "| 4.0 (paper 1.9x) |" in perf_line
+  assert "5.00 (2.50x; paper 1.2x)" in perf_line  # three significant figures
+  assert "| 4.00 (paper 1.9x) |" in perf_line
   trans = [x for x in lines if x.startswith("| Transformer ")]
   assert len(trans) == 3 and all(x.endswith("| OOM |") for x in trans)
-  assert "| 2.0 |" in trans[0]
+  assert "| 2.00 |" in trans[0]
   reformer = [x for x in lines if x.startswith("| Reformer ")]
   assert all("| error |" in x for x in reformer)
   assert "XLA compiled memory analysis" in md and "device-reported peak" in md

@@ -1,7 +1,9 @@
 """The grid's plan for python -m lra.commands.leaderboard: its runs (cells x seeds, and the
 stages of a protocol), their workdirs and train.py commands, and the SLURM script of them. Every
-config is loaded and every --config.KEY override checked here, so a mistake is one line before anything runs; the
-running, skipping and the table are lra.commands.leaderboard's."""
+config is loaded and every --config.KEY override checked here, so a mistake is one line before
+anything runs; `check_runs` then checks every run's settings as its train.py will (in a child
+process: `python -m lra.commands.grid_plan`). The running, skipping and the table are
+lra.commands.leaderboard's."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,11 +11,13 @@ import itertools
 import json
 import os
 import shlex
+import subprocess
+import sys
 
 from lra.configs.published.mega import CHUNK_SIZES
 from lra import cli, paths, plugins, rules
 from lra.locations import INSTALLED, PACKAGE_ROOT
-from lra.errors import UserError
+from lra.errors import UserError, run_command
 
 # --protocol: how each cell trains. spt (self-pretraining, Amos et al. 2024): a denoise run on
 # the cell's training inputs, then a run initialised from its encoder (config.init_from).
@@ -51,6 +55,7 @@ class Run:
   command: tuple[str, ...]     # python train.py ...
   expect: tuple[tuple[str, object], ...]  # recorded config values a finished run must have
   after: str = ""              # the workdir of the run that must finish first (a pretraining)
+  items: tuple[tuple[str, str], ...] = ()  # its --config.KEY=VALUE overrides, in order
 
   @property
   def denoise(self) -> bool:
@@ -156,7 +161,9 @@ def _cell_settings(task: str, model: str, preset: str, sets: list
   """(num_train_steps, the (key, value) overrides) of one cell, each key checked first."""
   mixer, extra = alias_settings(model, task)
   config = _config(task, mixer, preset)
-  mine = extra + [(key, value) for scope, key, value in sets if scope in (None, task, model)]
+  reaching = [item for item in sets if item[0] in (None, task, model)]
+  cli.agree(reaching, where=f"{task}/{model}")  # a plain and a scoped value must agree too
+  mine = extra + [(key, value) for _, key, value in reaching]
   for key, value in mine:
     if not _has_key(config, key):
       raise UserError(f"{cli.spelled(None, key, value)}: the {task} config of {model} has no "
@@ -207,7 +214,8 @@ def plan(args) -> list[Run]:
       expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in items}}
       command = ("python", *train, *imports, config, f"--workdir={workdir}",
                  *(f"--config.{k}={v}" for k, v in items), *allow)
-      runs.append(Run(task, model, workdir, command, tuple(expect.items()), after))
+      runs.append(Run(task, model, workdir, command, tuple(expect.items()), after,
+                      tuple(items)))
   return runs
 
 
@@ -251,3 +259,49 @@ def slurm_script(runs: list[Run], invocation: str, root: str) -> str:
             for task in tasks]
   lines += [")", 'eval "${RUNS[$SLURM_ARRAY_TASK_ID]}"']
   return "\n".join(lines) + "\n"
+
+
+def check_runs(runs: list[Run], preset: str) -> None:
+  """Every run's settings checked as its train.py checks them before it loads data (the
+  overrides read as train.py reads them, the trainer's rules, the model built for the task's
+  sizes), before the first run starts: one line names the run and the setting. In one child
+  process: a model's check may ask JAX for its backend (the Transformer's implementation),
+  which the grid's own process never starts (a TPU takes one process at a time, and a GPU's
+  memory would stay held while the runs train)."""
+  cells = {}  # one check of each distinct (task, mixer, overrides)
+  for run in runs:
+    mixer = ALIASES.get(run.model, (run.model,))[0]
+    cells.setdefault((run.task, mixer, run.items), run.name)
+  imports = [a[len("--import="):] for a in runs[0].command if a.startswith("--import=")]
+  request = {"preset": preset, "imports": imports,
+             "runs": [[name, *cell] for cell, name in cells.items()]}
+  proc = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request),
+                        capture_output=True, text=True, errors="replace")
+  last = proc.stderr.strip().splitlines()[-1:]
+  if proc.returncode and last and last[0].startswith("error: ") and "Traceback" not in \
+      proc.stderr:
+    raise UserError(last[0][len("error: "):])
+  if proc.returncode:  # a bug: its traceback
+    sys.stderr.write(proc.stderr)
+    raise RuntimeError(f"checking the grid's runs failed (exit {proc.returncode}); see above")
+
+
+def _check_in_child(request: dict) -> None:
+  """check_runs' child: raises the UserError of the first run whose settings are refused."""
+  from lra.training import config_checks, memory_check, trainer
+  plugins.import_modules(request["imports"])
+  for name, task, mixer, items in request["runs"]:
+    config = _config(task, mixer, request["preset"])
+    try:
+      for key, value in items:
+        cli.set_value(config, key, value)
+      config_checks.check_settings(config)
+      trainer.build_model(config, memory_check.task_shapes(config))
+    except UserError as e:
+      raise UserError(f"{name}: {e} (nothing has run; a setting that only some runs take "
+                      f"goes to them alone: {cli.PREFIX}KEY@TASK=VALUE or {cli.PREFIX}"
+                      f"KEY@MODEL=VALUE)") from None
+
+
+if __name__ == "__main__":
+  run_command(_check_in_child, json.loads(sys.stdin.read()))

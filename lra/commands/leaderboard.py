@@ -20,7 +20,9 @@ each a row of its own (lra.reporting.results.run_label).
 base (the plain config: the original repository's base values).
 --config.KEY=VALUE: passed on to every run as train.py takes it; --config.KEY@TASK=VALUE or
 --config.KEY@MODEL=VALUE to the runs of one task or one model (a key must exist in the config
-of every run it reaches). The old `--set KEY=VALUE` still works, with one line on its spelling.
+of every run it reaches, and the values reaching one run must agree). The old `--set KEY=VALUE`
+still works, with one line on its spelling. Before the first run starts, every run's settings
+are checked as its train.py checks them (grid_plan.check_runs): a refused one is one line.
 --controls adds the window-limited control rows window16 and window64 (attention within a
 sliding window of w tokens in every layer, mean-pooled, no global token: how much of each task
 local context alone solves); `transformer_rotary` (a --models name) is the Transformer with
@@ -54,7 +56,7 @@ import time
 
 from lra import cli, config_record, paths, plugins
 from lra.errors import UserError, fail, run_command
-from lra.commands.grid_plan import ALIASES, Run, array_tasks, plan, slurm_script
+from lra.commands.grid_plan import ALIASES, Run, array_tasks, check_runs, plan, slurm_script
 
 # What train.py's "use a new --workdir, or add --allow_config_change" means for a grid run.
 GRID_ADVICE = ("in this grid: a new --root gives every run a new workdir; --allow_config_change "
@@ -252,6 +254,7 @@ def _main(args) -> None:
       what = f"{len(runs)} runs" if tasks == len(runs) else f"{tasks} cells of two stages"
       print(f"wrote {args.slurm}: a SLURM array of {what} (sbatch {args.slurm})")
     return
+  check_runs(runs, args.preset)  # every run's settings, before the first one starts
   start = time.time()
   outcome, stop = run_grid(runs)
   _summary(outcome, len(runs), time.time() - start)

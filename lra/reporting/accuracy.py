@@ -58,6 +58,7 @@ def _provenance(result: dict) -> dict:
       "train_count": result.get("train_count"),
       "majority_rate": pct(result.get("test_majority_rate")),
       "train_time_s": result.get("train_time_s"),
+      "evaluation_sample": comparable.sample_text(result),
       "config": _config_summary(result.get("config") or {}),
       "hardware": _hardware_summary(result.get("hardware") or {}),
       "superseded": list(result.get("superseded", [])),

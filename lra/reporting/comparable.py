@@ -68,10 +68,32 @@ def _data_differences(result: dict) -> list[str]:
     return ["test split size not recorded"]
   diffs, full = [], FACTS[task]
   if test != full.test_size:
-    diffs.append(f"tested on {test} of {full.test_size} examples")
+    sample = " (a sample: config.eval_max_examples)" if _sampled(result, "final") else ""
+    diffs.append(f"tested on {test} of {full.test_size} examples{sample}")
   if train is not None and train < full.train_size:
     diffs.append(f"trained on {train} of {full.train_size}")
+  val = _sampled(result, "validation")
+  if val:
+    diffs.append(f"validated on {val['examples']} of {val['available']} examples (a sample: "
+                 f"config.eval_max_examples)")
   return diffs
+
+
+def sample_text(result: dict) -> str | None:
+  """What a run evaluated where it read samples (config.eval_max_examples), for a table's line
+  on the run; None where it read every example."""
+  found = [e for e in (_sampled(result, "validation"), _sampled(result, "final")) if e]
+  if not found:
+    return None
+  return "evaluated on samples (config.eval_max_examples): " + ", ".join(
+      f"{e['split']} {e['examples']:,} of {e['available']:,}" for e in found)
+
+
+def _sampled(result: dict, role: str) -> dict | None:
+  """The record of a run's `role` passes ("validation", "final") where they read a sample of
+  their split (config.eval_max_examples), else None."""
+  entry = (result.get("evaluation") or {}).get(role)
+  return entry if entry and entry["examples"] < entry["available"] else None
 
 
 def differences(result: dict, references: References) -> list[str]:
@@ -100,4 +122,7 @@ def data_key(result: dict) -> str:
   data = {k: v for k, v in config_record.flat(recorded).items()
           if k not in _NOT_DATA}
   counts = {k: result.get(k) for k in ("train_count", "val_count", "test_count")}
+  val = _sampled(result, "validation")
+  if val:  # validated on a sample: only runs on the same sample compare
+    counts["val_examples"] = val["examples"]
   return json.dumps([data, counts, result.get("data")], sort_keys=True, default=str)

@@ -1,10 +1,9 @@
-"""The tables as markdown: accuracy like the paper's Table 1, speed/memory/FLOPs like Table 2."""
+"""The accuracy tables as markdown, like the paper's Table 1 (speed, memory and FLOPs:
+lra.reporting.speed_table)."""
 from __future__ import annotations
 
-import json
-
-from lra.reporting.numbers import finite, fmt, memory_text, si
-from lra.reporting.paper import (FROM_CLASSIFY, FROM_NOTE, FROM_RUN, PAPER_BATCH, SPT,
+from lra.reporting.numbers import fmt
+from lra.reporting.paper import (FROM_CLASSIFY, FROM_NOTE, FROM_RUN, SPT,
                                   SPT_NOTE, TASK_TITLES, model_title, split_source)
 from lra.reporting.results import CHECKPOINT_TITLES
 
@@ -180,6 +179,8 @@ def _run_line(model: str, task: str, run: dict) -> str:
     text += f"; {run['test_count']} test examples"
   if run["majority_rate"] is not None:
     text += f" (majority class {fmt(run['majority_rate'])}%)"
+  if run.get("evaluation_sample"):
+    text += f"; {run['evaluation_sample']}"
   if str(run.get("tested_checkpoint") or "").startswith("the final state"):
     text += f"; tested {run['tested_checkpoint']}"  # not the best-on-validation one
   if seeds:
@@ -199,107 +200,3 @@ def _seed_marks(seed: dict) -> str:
   marks = (["at chance"] if seed.get("at_chance") else []) + (
       ["tested the last state"] if seed.get("checkpoint") == "last" else [])
   return f" ({'; '.join(marks)})" if marks else ""
-
-
-def _length_title(length: int) -> str:
-  return f"{length // 1024}K" if length % 1024 == 0 else str(length)
-
-
-def _status_cell(cell: dict | None) -> str | None:
-  """The text of a cell that has no number: missing, OOM or error."""
-  if cell is None:
-    return "-"
-  if cell["status"] != "ok":
-    return cell["status"]
-  return None
-
-
-_MEASURE_TEXT = {"peak": "device-reported peak memory",
-                 "compiled": "XLA compiled memory analysis (arguments + outputs + temporaries)"}
-
-
-def _machine_line(machine: dict) -> str:
-  peak = finite(machine.get("matmul_peak_flops_per_s"))
-  return (f"Machine: {machine.get('device_kind', '?')} x{machine.get('device_count', '?')} "
-          f"({machine.get('platform', '?')}), JAX {machine.get('jax_version', '?')}, "
-          f"batch {machine.get('batch', '?')}"
-          + (f", measured matmul peak {si(peak, 'FLOP/s')}" if peak else "")
-          + (f", model {json.dumps(machine['model_size'])}"
-             if machine.get("model_size") else "") + ".")
-
-
-def _length_table(tables: dict, kind: str, cell_text) -> list[str]:
-  """One markdown table of `tables[kind]`: a row per model, a column per length; an ok cell
-  reads `cell_text(cell)`, any other its status."""
-  lengths = tables["lengths"]
-  out = ["| Model | " + " | ".join(_length_title(n) for n in lengths) + " |",
-         "|---|" + "---|" * len(lengths)]
-  for model in tables["models"]:
-    cells = []
-    for n in lengths:
-      c = tables[kind][model].get(n)
-      text = _status_cell(c)
-      cells.append(cell_text(c) if text is None else text)
-    out.append(f"| {model_title(model)} | " + " | ".join(cells) + " |")
-  return out
-
-
-def _speed_text(c: dict) -> str:
-  text = fmt(c["steps_per_s"])
-  extra = []
-  if c["ratio"] is not None:
-    extra.append(f"{c['ratio']:.1f}x")
-  if c["paper_ratio"] is not None:
-    extra.append(f"paper {c['paper_ratio']:.1f}x")
-  return text + (f" ({'; '.join(extra)})" if extra else "")
-
-
-def _memory_text(c: dict, mixed: bool) -> str:
-  text = memory_text(c["gb"])
-  if mixed and c["measure"] == "compiled":
-    text += "†"
-  if c["paper"] is not None:
-    text += f" ({memory_text(c['paper'])})"
-  return text
-
-
-def _flops_text(c: dict) -> str:
-  parts = []
-  if c["flops_per_step"] is not None:
-    parts.append(si(c["flops_per_step"], "FLOP"))
-  if c["achieved_flops_per_s"] is not None:
-    rate = si(c["achieved_flops_per_s"], "FLOP/s")
-    if c["fraction_of_peak"] is not None:
-      rate += f" ({100 * c['fraction_of_peak']:.0f}%)"
-    parts.append(rate)
-  return ", ".join(parts) or "-"
-
-
-def speed_markdown(tables: dict, machine: dict | None = None) -> str:
-  """Three markdown tables: steps/s with ratios, memory, FLOPs and achieved FLOP/s."""
-  baseline = model_title(tables["baseline"])
-  out = [_machine_line(machine), ""] if machine else []
-  out += [f"Training steps per second (ratio to {baseline} at the same length; "
-          "paper's ratio on TPU v3 where it has one)", ""]
-  out += _length_table(tables, "speed", _speed_text)
-
-  measures = tables["memory_measures"]
-  mixed = len(measures) > 1
-  if mixed:
-    what = f"{_MEASURE_TEXT['peak']}; † = {_MEASURE_TEXT['compiled']} where no peak is reported"
-  else:
-    what = _MEASURE_TEXT[measures[0]] if measures else "no memory figures"
-  batch = (machine or {}).get("batch")
-  other = (f"; ours are at batch {batch}, so compare how the two grow with length, not the "
-           f"figures" if batch is not None and batch != PAPER_BATCH else "")
-  out += ["", f"Memory per device (MB = 10^6 bytes below 1 GB, GB = 10^9 bytes): {what}. The "
-          f"paper's TPU v3 figure (batch {PAPER_BATCH}) in parentheses{other}.", ""]
-  out += _length_table(tables, "memory", lambda c: _memory_text(c, mixed))
-
-  out += ["", "FLOPs per training step (XLA cost analysis); achieved FLOP/s (fraction of the "
-          "measured matmul peak)", ""]
-  out += _length_table(tables, "flops", _flops_text)
-  out += ["", "OOM = out of memory; error = the measurement failed (see the JSON for the "
-          "message); - = not measured."]
-  out += [f"- {n}" for n in tables["notes"]]
-  return "\n".join(out) + "\n"

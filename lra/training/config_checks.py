@@ -18,12 +18,7 @@ DATA_RULES = {"max_len": s.Int(1), "size": s.Int(1)}  # tokens per example, imag
 def check_config(config, devices: int) -> None:
   """Refuses a config that cannot be right, naming the setting and the values allowed;
   `devices`: how many devices split each batch."""
-  for key, option in options.TABLE.items():
-    if option.rule is not None and key in config:
-      s.check(f"config.{key}", config[key], option.rule)
-  for key, rule in DATA_RULES.items():
-    if key in config.data:
-      s.check(f"config.data.{key}", config.data[key], rule)
+  check_settings(config)
   for key in ("batch_size", "eval_batch_size"):
     size = config[key]
     if size % devices or size % jax.process_count():
@@ -34,6 +29,18 @@ def check_config(config, devices: int) -> None:
     raise UserError(f"config.batch_size={config.batch_size} must be a multiple of "
                     f"config.grad_accum_steps={accum} x the device count ({devices}): every "
                     f"device takes an equal share of every micro-batch")
+
+
+def check_settings(config) -> None:
+  """check_config's rules that need no device (nor JAX's backend): every setting's own rule,
+  the mixer's setting names, the profile range, the writers. The grid checks every run's
+  config with them before its first run starts (lra.commands.grid_plan.check_runs)."""
+  for key, option in options.TABLE.items():
+    if option.rule is not None and key in config:
+      s.check(f"config.{key}", config[key], option.rule)
+  for key, rule in DATA_RULES.items():
+    if key in config.data:
+      s.check(f"config.data.{key}", config.data[key], rule)
   registry.check_settings(config.model.name, config.model.attention.keys())
   profiling.profile_range(config)  # "START,STOP" or ""
   writers.check(config)  # known names; wandb installed where named

@@ -24,7 +24,7 @@ from lra import paths
 from lra.errors import ENVIRONMENT_ERRNOS, UserError, environment_fault
 
 
-def _size(size: int) -> str:
+def size_text(size: int) -> str:
   for unit, scale in (("TB", 2**40), ("GB", 2**30), ("MB", 2**20)):
     if size >= scale:
       return f"{size / scale:.1f} {unit}"
@@ -69,19 +69,19 @@ def check_room(workdir, state, keep: int) -> None:
   largest = max(x.nbytes for x in leaves)
   limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
   if limit != resource.RLIM_INFINITY and limit < largest:
-    raise UserError(f"the file size limit (ulimit -f) is {_size(limit)}, but a checkpoint of "
-                    f"this model writes an array of {_size(largest)}; raise the limit (ulimit "
-                    f"-f unlimited) and run the same command again")
+    raise UserError(f"the file size limit (ulimit -f) is {size_text(limit)}, but a checkpoint "
+                    f"of this model writes an array of {size_text(largest)}; raise the limit "
+                    f"(ulimit -f unlimited) and run the same command again")
   # Orbax's metadata files, measured: about 50 KB for 100 arrays.
   size = sum(x.nbytes for x in leaves) + 64 * 2**10 + 2**10 * len(leaves)
   held = sum(_bytes_under(os.path.join(path, d)) for d in ("checkpoints", "best"))
   need = (keep + 2) * size - held
   free = shutil.disk_usage(path).free
   if free < need:
-    raise UserError(f"the disk of the workdir {path} has {_size(free)} free, but this run's "
-                    f"checkpoints need about {_size(need)} more ({keep} + 2 of {_size(size)}: "
-                    f"config.keep_checkpoints, the best one, one being written); free space "
-                    f"or choose a --workdir on another disk")
+    raise UserError(f"the disk of the workdir {path} has {size_text(free)} free, but this "
+                    f"run's checkpoints need about {size_text(need)} more ({keep} + 2 of "
+                    f"{size_text(size)}: config.keep_checkpoints, the best one, one being "
+                    f"written); free space or choose a --workdir on another disk")
 
 
 _XLA_OOM = re.compile(r"(?:Out of memory|RESOURCE_EXHAUSTED)\D*?(\d+) bytes")
@@ -93,10 +93,16 @@ def out_of_memory(error: BaseException, config) -> str | None:
   if isinstance(error, MemoryError):
     what = str(error) or "an allocation failed"  # numpy names the size and the shape
   elif isinstance(error, jax.errors.JaxRuntimeError) and _XLA_OOM.search(str(error)):
-    what = f"XLA could not allocate {_size(int(_XLA_OOM.search(str(error)).group(1)))}"
+    what = f"XLA could not allocate {size_text(int(_XLA_OOM.search(str(error)).group(1)))}"
   else:
     return None
-  where = "host" if jax.devices()[0].platform == "cpu" else "device"
+  return memory_message("host" if jax.devices()[0].platform == "cpu" else "device", what,
+                        config)
+
+
+def memory_message(where: str, what: str, config) -> str:
+  """The line of a run out of `where` ("host" or "device") memory, `what` saying by how much:
+  the sizes that set it and what lowers them (also lra.training.memory_check's refusal)."""
   sizes = [f"config.data.{k}={config.data[k]}" for k in ("max_len", "size") if k in config.data]
   sizes.append(f"config.batch_size={config.batch_size}")
   return (f"out of {where} memory ({what}) with {', '.join(sizes)} and the model "

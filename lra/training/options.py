@@ -70,6 +70,14 @@ TABLE: dict[str, Option] = {
                                "must be a multiple of K x devices", ignored=True),
     "eval_batch_size": Option(32, s.Int(1), "global batch for validation and test",
                               ignored=True),
+    # A short CPU run would spend most of its time evaluating (the `,cpu` presets set it). The
+    # comparison reads its effect from the counts results.json records (test_count, its
+    # "evaluation"), not from the setting: a cap above the split's size changes nothing. Not
+    # on a resume: the best checkpoint is chosen by comparing validations on the same examples.
+    "eval_max_examples": Option(0, s.Int(0), "validation and test each read a fixed random "
+                                "sample of this many examples (lra.training.evaluation, the "
+                                "same for every run); 0 = every example, as the paper",
+                                ignored=True),
     "num_train_steps": Option(5000, s.Int(1), "training steps (a resume may add more)",
                               resume=True, fixed_under=("cosine", "linear")),
     # A limit that ended the run shows as `stopped_early` in results.json.

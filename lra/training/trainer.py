@@ -19,9 +19,10 @@ from lra import models
 from lra import config_record, paths, provenance
 from lra.data import batches, tasks
 from lra.errors import UserError
-from lra.training import (checkpoint, config_checks, faults, initialise, optim, preemption,
-                          pretrain, profiling, progress, run_record, steps, time_limit,
-                          workdir as workdir_lib)
+from lra.training import (checkpoint, config_checks, evaluation, faults, initialise, optim,
+                          preemption, pretrain, profiling, progress, run_record, steps,
+                          time_limit, workdir as workdir_lib)
+from lra.training import memory_check
 from lra.training.checkpoint import Checkpoints, MismatchError
 from lra.training.writers import MetricWriter
 
@@ -98,17 +99,13 @@ def create_state(model, task: tasks.Task, config, mesh: Mesh):
 
 
 def evaluate(eval_step, state, split, batch_size: int, sharding, padding: bool = True,
-             config=None) -> dict[str, float]:
-  total = None
-  for batch in batches.eval_batches(split, batch_size):
-    batch = add_masks(batch, padding) if config is None else inputs_only(
-        add_masks(batch, padding), config)
-    sums = eval_step(state, to_global(batch, sharding))
-    total = sums if total is None else jax.tree_util.tree_map(jnp.add, total, sums)
-  total = jax.device_get(total)
-  count = float(total["count"])
-  return {"loss": float(total["loss_sum"]) / count,
-          "accuracy": float(total["correct"]) / count, "count": int(count)}
+             config=None, **options) -> dict[str, Any]:
+  """evaluation.evaluate of this trainer's batches, capped at config.eval_max_examples."""
+  def prepare(batch):
+    batch = add_masks(batch, padding)
+    return to_global(batch if config is None else inputs_only(batch, config), sharding)
+  cap = 0 if config is None else config.eval_max_examples
+  return evaluation.evaluate(eval_step, state, split, batch_size, prepare, cap, **options)
 
 
 def _write_json(path, obj) -> None:
@@ -196,7 +193,8 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
   # uninterrupted run would (float32 -> JSON float -> float32 is exact).
   pending = meta.pop("train_sums", None)
   sums = None if pending is None else {k: np.float32(v) for k, v in pending.items()}
-  last_time, last_step = time.time(), start
+  clock = progress.TrainClock(time.time(), start, config.eval_every)
+  say = functools.partial(progress.say, bar=bar, config=config)
   run_start = time.time() - meta["train_time_s"]
   service = preemption.uses_preemption_service()
   trace = profiling.Trace(config, workdir, start)
@@ -222,18 +220,20 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
       is_eval = done % config.eval_every == 0 or done == total or stopped is not None
       if is_log or is_eval or done % config.checkpoint_every == 0:
         _check_finite(sums, done, ckpts, workdir)
-        now = time.time()
-        train = progress.log_train(writer, bar, sums, done, now - last_time,
-                                   done - last_step, schedule)
-        sums, last_time, last_step = None, now, done
-      val = evaluate_split(state, task.splits["val"]) if is_eval else None
+        train = progress.log_train(writer, bar, sums, done, clock, schedule)
+        sums = None
+      if is_eval:
+        val = evaluate_split(state, task.splits["val"], name="validation", say=say)
+        clock.validated(val["seconds"])
+        evaluation.note(meta, "validation", val, "val")
       if is_log or is_eval:
-        progress.say(progress.record(done, total, train, val), bar, config)
+        say(progress.record(done, total, train, val if is_eval else None, clock))
       if is_eval:
         _note_validation(done, val, state, ckpts, meta, writer)
       if is_eval or done % config.checkpoint_every == 0:
         meta["train_time_s"] = time.time() - run_start
         ckpts.save_latest(done, state, meta)
+        clock.resume(time.time(), bar)  # steps/s counts training alone
       if stopped is not None:
         progress.say(progress.time_stop_line(done, total, config), bar, config)
         break
@@ -296,19 +296,22 @@ def _test(config, task: tasks.Task, evaluate_split, state, ckpts: Checkpoints,
       "init": meta.get("init"),  # the run whose encoder this one started from (init_from)
   }
   if _denoise(config):
-    val = evaluate_split(best_state, task.splits["val"])
+    val, = evaluation.final(evaluate_split, [best_state], task.splits["val"], "val", meta,
+                            config)
     return {**record, **pretrain.results(val, config.mask_rate,
-                                         pretrain.mask_token(task.vocab_size))}
-  test = evaluate_split(best_state, task.splits["test"])
-  last_test = evaluate_split(state, task.splits["test"])
-  labels = np.asarray(task.splits["test"]["labels"])
+                                         pretrain.mask_token(task.vocab_size)),
+            "evaluation": evaluation.finish(meta, config)}
+  test, last_test = evaluation.final(evaluate_split, [best_state, state],
+                                     task.splits["test"], "test", meta, config)
+  labels = evaluation.labels(task.splits["test"], config.eval_max_examples)
   targets = labels[labels != tasks.NO_TARGET]  # all labels, but a per-position task's
   # A per-position task counts examples (test_count) and the positions scored apart.
   counts = ({"test_count": len(labels), "test_positions": test["count"]} if task.per_position
             else {"test_count": test["count"]})
   return {**record, "test_accuracy": test["accuracy"], "test_loss": test["loss"], **counts,
           "last_step_test_accuracy": last_test["accuracy"],
-          "test_majority_rate": float(np.bincount(targets).max() / len(targets))}
+          "test_majority_rate": float(np.bincount(targets).max() / len(targets)),
+          "evaluation": evaluation.finish(meta, config)}
 
 
 def _objective(config, model, task: tasks.Task):
@@ -344,16 +347,18 @@ def train_and_evaluate(config, workdir: str, devices=None,
     step, change, started = _check_run(config, workdir, allow_config_change)  # reads only
     # init_from, for a new run: checked before the data loads. A resumed run has its own.
     source = initialise.find(config, workdir) if step is None else None
-    task = tasks.load(config)
-    config_checks.check_train_split(config, len(task.splits["train"]["labels"]))
-    model = build_model(config, task, initialise.needs_mask_token(config, source, started))
+    shapes = memory_check.task_shapes(config)  # the task's sizes; no data is made or read yet
+    model = build_model(config, shapes, initialise.needs_mask_token(config, source, started))
     idle = models.idle_settings(model)  # valid settings that do nothing at this length
     _warn(list(idle))
     # A mixer of the user's own (--import): its module's file and hash, read as the run starts.
     mixer_module = provenance.mixer_module(config.model.name)
     train_step, eval_step, sharding = steps.make_steps(
-        model, task.pair, mesh, config.grad_accum_steps, _objective(config, model, task))
-    state = create_state(model, task, config, mesh)
+        model, shapes.pair, mesh, config.grad_accum_steps, _objective(config, model, shapes))
+    state = create_state(model, shapes, config, mesh)
+    memory_check.check(config, train_step, state, shapes, sharding, step is not None)  # compiles
+    task = memory_check.same_shapes(tasks.load(config), shapes)
+    config_checks.check_train_split(config, len(task.splits["train"]["labels"]))
     faults.check_room(workdir, state, config.keep_checkpoints)  # before Orbax writes
     ckpts = Checkpoints(workdir, config.keep_checkpoints)
     state, meta = _restore(ckpts, step, change, state, config, workdir)

@@ -104,13 +104,13 @@ def check_resume(config, workdir, reference: dict | None, step: int,
   """Whether the run in `workdir`, made with the config `reference` (None: nothing made yet)
   and now at `step`, may go on under `config`: raises UserError if not; else returns the
   record of what changed ({"step", "changes", "after_divergence", ALLOW_FLAG}) or None."""
+  changes = ({} if reference is None else
+             differences(reference, config_record.as_json(config)))
+  _check_identity(changes, workdir)  # another task or model first: its steps mean nothing here
   if step > config.num_train_steps:
     raise UserError(f"{workdir} holds a run trained to step {step}, beyond "
                     f"config.num_train_steps={config.num_train_steps}; it is kept as it is: "
                     f"use a new --workdir for a shorter run")
-  changes = ({} if reference is None else
-             differences(reference, config_record.as_json(config)))
-  _check_identity(changes, workdir)
   # A trainer setting added since the run started is not a change (the run predates it).
   changes = {k: v for k, v in changes.items() if not (v[0] is None and k in options.TABLE)}
   binding = [f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items()
