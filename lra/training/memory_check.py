@@ -7,6 +7,8 @@ the first training step finds it compiled: the check costs no second compile.
 """
 from __future__ import annotations
 
+import time
+
 import jax
 import numpy as np
 import psutil  # a dependency of orbax-checkpoint, so always installed with lra
@@ -90,24 +92,27 @@ def room(state, sharding) -> tuple[str, int, int] | None:
   return "host", psutil.virtual_memory().available + held, len(devices)
 
 
-def check(config, train_step, state, shapes: tasks.Task, sharding, resumed: bool) -> None:
+def check(config, train_step, state, shapes: tasks.Task, sharding, resumed: bool) -> float:
   """Compiles `train_step` (the trainer's jitted step, with the fresh state) on the shapes of
   a train batch and refuses, in one line with both sizes and the fix, a run whose step needs
   more memory than this machine has. `resumed`: the step will get a restored checkpoint's
-  state, whose step counter is a plain int32 (the fresh state's is weakly typed)."""
+  state, whose step counter is a plain int32 (the fresh state's is weakly typed). Returns the
+  compile's seconds: training time, as when the first step compiled (max_train_time_s)."""
   if not hasattr(train_step, "lower"):  # not jax.jit's (a test's wrapper): nothing to compile
-    return
+    return 0.0
+  began = time.monotonic()
   rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)  # as the trainer's
   given = state.replace(step=jax.ShapeDtypeStruct((), np.int32, sharding=state.step.sharding)
                         ) if resumed else state
   compiled = train_step.lower(given, batch_shapes(config, shapes, sharding), rng).compile()
+  seconds = time.monotonic() - began
   found = room(state, sharding)
   if found is None:
-    return
+    return seconds
   where, limit, devices = found
   need = step_bytes(compiled) * devices
   if need <= limit:
-    return
+    return seconds
   has = "'s allocator has" if where == "device" else " has"
   what = (f"the train step needs {faults.size_text(need)} by XLA's memory analysis of the "
           f"compiled step; the {where}{has} {faults.size_text(limit)} available")

@@ -195,7 +195,7 @@ def _train(config, workdir: str, task: tasks.Task, train_step, evaluate_split, s
   sums = None if pending is None else {k: np.float32(v) for k, v in pending.items()}
   clock = progress.TrainClock(time.time(), start, config.eval_every)
   say = functools.partial(progress.say, bar=bar, config=config)
-  run_start = time.time() - meta["train_time_s"]
+  run_start = time.time() - meta["train_time_s"] - meta.pop("compile_s", 0.0)
   service = preemption.uses_preemption_service()
   trace = profiling.Trace(config, workdir, start)
   stopped = time_limit.spent(config, start, total, meta, bar)
@@ -333,7 +333,9 @@ def train_and_evaluate(config, workdir: str, devices=None,
   """Trains (resuming from `workdir` if it holds checkpoints), then tests the best checkpoint.
 
   allow_config_change: resume although the settings that change the result differ from the
-  checkpoints' or the run diverged (workdir_lib.check_resume); recorded in results.json."""
+  checkpoints' or the run diverged (workdir_lib.check_resume); recorded in results.json.
+  Long because its order is the rule (checks before data, memory before Orbax writes): one
+  readable spine until architecture step 4 (issue 45) gives it run/step objects."""
   workdir = paths.resolve(workdir)  # local (made absolute, as Orbax needs) or gs://...
   mesh = make_mesh(devices)
   config_checks.check_config(config, mesh.devices.size)  # before any data or compiling
@@ -351,17 +353,18 @@ def train_and_evaluate(config, workdir: str, devices=None,
     model = build_model(config, shapes, initialise.needs_mask_token(config, source, started))
     idle = models.idle_settings(model)  # valid settings that do nothing at this length
     _warn(list(idle))
-    # A mixer of the user's own (--import): its module's file and hash, read as the run starts.
-    mixer_module = provenance.mixer_module(config.model.name)
+    mixer_module = provenance.mixer_module(config.model.name)  # an --import's file and hash
     train_step, eval_step, sharding = steps.make_steps(
         model, shapes.pair, mesh, config.grad_accum_steps, _objective(config, model, shapes))
     state = create_state(model, shapes, config, mesh)
-    memory_check.check(config, train_step, state, shapes, sharding, step is not None)  # compiles
+    # Compiles the step (for training too); its seconds count as training, as they did.
+    compiled_s = memory_check.check(config, train_step, state, shapes, sharding, step is not None)
     task = memory_check.same_shapes(tasks.load(config), shapes)
     config_checks.check_train_split(config, len(task.splits["train"]["labels"]))
     faults.check_room(workdir, state, config.keep_checkpoints)  # before Orbax writes
     ckpts = Checkpoints(workdir, config.keep_checkpoints)
     state, meta = _restore(ckpts, step, change, state, config, workdir)
+    meta["compile_s"] = compiled_s  # _train counts it (not spent() of earlier runs)
     if step is None and source is not None:  # a resumed run keeps its own encoder
       state, meta["init"] = initialise.load(source, state, mesh)
       _say_once(f"Starting from the encoder of {source.workdir} ({source.kind}/{source.step})")
