@@ -118,7 +118,7 @@ def record(meta: dict) -> dict[str, Any]:
   seconds (time_s) and of them compile_s (the calls that compiled the evaluation step); then
   in all: time_s, compile_s, train_s (train_time_s less its validations: the train steps and
   the saves) and share, evaluation's part of training and evaluating, compiling counted apart
-  (the train step's is not in train_s either where it is compiled before training starts)."""
+  (the train step's compile is in train_s: the trainer counts it as training time)."""
   found = {k: dict(v) for k, v in meta.get("evaluation", {}).items()}
   seconds = sum(v["time_s"] for v in found.values())
   compiling = sum(v["compile_s"] for v in found.values())
