@@ -102,9 +102,6 @@ GRID = ["--models=transformer,fnet", "--tasks=listops", "--preset=cpu"]
 @pytest.mark.parametrize("args, words", [
     (["--config.num_train_steps=300", "--config.num_train_steps=100"],
      "--config.num_train_steps=300 and --config.num_train_steps=100 disagree"),
-    (["--config.num_train_steps=300", "--config.num_train_steps@fnet=100"],
-     "listops/fnet: --config.num_train_steps=300 and --config.num_train_steps@fnet=100 "
-     "disagree"),
     (["--config.seed@listops=1", "--config.seed@transformer=2"],
      "listops/transformer: --config.seed@listops=1 and --config.seed@transformer=2"),
 ])
@@ -114,6 +111,15 @@ def test_a_grid_refuses_two_values_for_one_cell(tmp_path, capsys, args, words):
   assert e.value.code == 1
   err = capsys.readouterr().err.splitlines()
   assert len(err) == 1 and words in err[0], err
+
+
+def test_a_grid_cells_scoped_value_overrides_the_plain_one(tmp_path, capsys):
+  """The more specific value wins, and each run is given one value (train.py refuses two)."""
+  leaderboard.main([*GRID, "--config.num_train_steps=300", "--config.num_train_steps@fnet=100",
+                    f"--root={tmp_path / 'grid'}", "--print_commands"])
+  lines = capsys.readouterr().out.splitlines()
+  assert [l.split(" --workdir=")[1].split(" ", 1)[1] for l in lines] == [
+      "--config.num_train_steps=300", "--config.num_train_steps=100"], lines
 
 
 def test_a_grid_checks_every_cell_before_the_first_run(tmp_path, monkeypatch, capsys):

@@ -161,9 +161,14 @@ def _cell_settings(task: str, model: str, preset: str, sets: list
   """(num_train_steps, the (key, value) overrides) of one cell, each key checked first."""
   mixer, extra = alias_settings(model, task)
   config = _config(task, mixer, preset)
-  reaching = [item for item in sets if item[0] in (None, task, model)]
-  cli.agree(reaching, where=f"{task}/{model}")  # a plain and a scoped value must agree too
-  mine = extra + [(key, value) for _, key, value in reaching]
+  # A scoped value overrides the plain one; a @TASK and a @MODEL value, equally specific,
+  # must agree (one scope's values were compared as the command line was read).
+  plain = [item for item in sets if item[0] is None]
+  scoped = [item for item in sets if item[0] in (task, model)]
+  cli.agree(scoped, where=f"{task}/{model}")
+  found = dict(extra)
+  found.update((key, value) for _, key, value in plain + scoped)
+  mine = list(found.items())
   for key, value in mine:
     if not _has_key(config, key):
       raise UserError(f"{cli.spelled(None, key, value)}: the {task} config of {model} has no "

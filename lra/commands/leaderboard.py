@@ -20,7 +20,8 @@ each a row of its own (lra.reporting.results.run_label).
 base (the plain config: the original repository's base values).
 --config.KEY=VALUE: passed on to every run as train.py takes it; --config.KEY@TASK=VALUE or
 --config.KEY@MODEL=VALUE to the runs of one task or one model (a key must exist in the config
-of every run it reaches, and the values reaching one run must agree). The old `--set KEY=VALUE`
+of every run it reaches; a scoped value overrides the plain one, and a @TASK and a @MODEL
+value reaching one run must agree). The old `--set KEY=VALUE`
 still works, with one line on its spelling. Before the first run starts, every run's settings
 are checked as its train.py checks them (grid_plan.check_runs): a refused one is one line.
 --controls adds the window-limited control rows window16 and window64 (attention within a
