@@ -36,7 +36,7 @@ def test_dry_run_writes_every_file(tmp_path):
               timeout=300)
   seconds = time.time() - start
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-  assert seconds < 170, f"the dry run took {seconds:.0f} s (its budget is 150 s)"
+  assert seconds < 215, f"the dry run took {seconds:.0f} s (its budget is 190 s)"
   assert sorted(os.listdir(out)) == sorted(EXPECTED)
 
   env = json.loads((out / "env.json").read_text())
@@ -76,7 +76,7 @@ def test_dry_run_writes_every_file(tmp_path):
 
   speed = json.loads((out / "speed.json").read_text())
   order = [(r["model"], r["length"]) for r in speed["rows"]]
-  assert order[:3] == [("transformer", 128), ("performer", 128), ("test_oom", 128)], order
+  assert order[:3] == [("transformer", 128), ("test_oom", 128), ("performer", 128)], order
   measured = {(r["model"], r["length"]) for r in speed["rows"]}
   skipped = {(s["model"], s["length"]) for s in speed["skipped"]}
   assert len(measured | skipped) == 6 and not measured & skipped  # each cell: done or named

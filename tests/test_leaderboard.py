@@ -27,12 +27,15 @@ def cache(tmp_path_factory):
   return str(tmp_path_factory.mktemp("jax_cache"))
 
 
-def _tiny(data: str, cache: str, tasks=("listops", "pathfinder")) -> list[str]:
-  """--config overrides for runs of seconds: a tiny model, 2 steps, data generated into `data`."""
-  common = ["num_train_steps=2", "eval_every=2", "checkpoint_every=2", "log_every=1",
-            "batch_size=8", "eval_batch_size=8", "model.num_layers=1", "model.emb_dim=16",
-            "model.qkv_dim=16", "model.mlp_dim=16", "model.num_heads=2", "progress=False",
-            f"compilation_cache_dir={cache}"]
+def _tiny(data: str, cache: str, tasks=("listops", "pathfinder"), **given) -> list[str]:
+  """--config overrides for runs of seconds: a tiny model, 2 steps, data generated into `data`;
+  `given` (KEY=VALUE) replaces or adds a plain one (the grid refuses a key given twice)."""
+  values = dict(num_train_steps=2, eval_every=2, checkpoint_every=2, log_every=1, batch_size=8,
+                eval_batch_size=8, progress=False, compilation_cache_dir=cache, **{
+                    "model.num_layers": 1, "model.emb_dim": 16, "model.qkv_dim": 16,
+                    "model.mlp_dim": 16, "model.num_heads": 2})
+  values.update(given)
+  common = [f"{key}={value}" for key, value in values.items()]
   per_task = {
       "listops": [f"data.data_dir={data}/listops", "data.max_len=32", "data.num_train=64",
                   "data.num_val=16", "data.num_test=16", "data.max_length=30",
@@ -377,8 +380,8 @@ def test_spt_grid_pretrains_then_fine_tunes_and_the_table_has_the_spt_row(tmp_pa
 def test_spt_grid_killed_in_the_fine_tune_skips_the_pretraining_and_resumes(tmp_path, cache):
   root = tmp_path / "grid"
   # The fine-tune saves every step, so it is killed between two of its checkpoints.
-  args = [*SPT, f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)),
-          "--config.num_train_steps=6", "--config.checkpoint_every=1"]
+  args = [*SPT, f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",),
+                                         num_train_steps=6, checkpoint_every=1)]
   pretrain, spt = _spt_runs(root)
   resumed, lines = _kill_and_resume(args, pretrain, spt)
   assert lines[0].startswith("[1/2] listops/transformer-cpu_pretrain: skipped, finished before "
@@ -393,18 +396,19 @@ def test_spt_grid_killed_in_the_fine_tune_skips_the_pretraining_and_resumes(tmp_
 @pytest.mark.slow  # four training runs
 @pytest.mark.commands
 def test_spt_grid_given_more_steps_refuses_the_fine_tune_of_the_old_pretraining(tmp_path, cache):
-  """Issue 34 item 3: the pretraining goes on to the new step count and its best checkpoint
+  """The pretraining goes on to the new step count and its best checkpoint
   moves; the fine-tune that started from the old one is refused in one line (it would go on
   from the old encoder under a "(SPT)" row of the longer grid), and keeps what it saved."""
   root = tmp_path / "grid"
-  args = [*SPT, f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",)),
-          "--config.warmup_steps=1"]  # the learning rate at its peak from the start
-  first = _leaderboard(*args)
+  def args(**given):  # the learning rate at its peak from the start
+    return [*SPT, f"--root={root}", *_tiny(str(tmp_path / "data"), cache, ("listops",),
+                                           warmup_steps=1, **given)]
+  first = _leaderboard(*args())
   assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
   pretrain, spt = _spt_runs(root)
   before = json.loads((spt / "results.json").read_text())
   # Validated at every step of the longer run, so that its best checkpoint moves on.
-  longer = _leaderboard(*args, "--config.num_train_steps=20", "--config.eval_every=1")
+  longer = _leaderboard(*args(num_train_steps=20, eval_every=1))
   assert longer.returncode != 0, longer.stdout[-3000:]
   moved = json.loads((pretrain / "results.json").read_text())["best_step"]
   assert before["init"]["checkpoint"] == "best/2" and moved > 2, moved  # the premise
@@ -413,9 +417,9 @@ def test_spt_grid_given_more_steps_refuses_the_fine_tune_of_the_old_pretraining(
   assert (f"was started from the encoder of config.init_from={pretrain}, which has changed "
           f"since (best/2 then, best/{moved} now)") in lines[-1]
   assert "a new --root" in lines[-1]
-  assert f"  {leaderboard.GRID_ADVICE}" in longer.stdout.splitlines()  # issue 36 item 3
+  assert f"  {leaderboard.GRID_ADVICE}" in longer.stdout.splitlines()  # what a grid does
   assert json.loads((spt / "results.json").read_text()) == before
-  went_on = _leaderboard(*args, "--config.num_train_steps=20", "--config.eval_every=1",
+  went_on = _leaderboard(*args(num_train_steps=20, eval_every=1),
                          "--allow_config_change")  # passed on to the fine-tune
   assert went_on.returncode == 0, went_on.stdout[-3000:]
   after = json.loads((spt / "results.json").read_text())
@@ -424,7 +428,7 @@ def test_spt_grid_given_more_steps_refuses_the_fine_tune_of_the_old_pretraining(
 
 
 def test_a_refused_changed_setting_gets_the_grids_advice(tmp_path, monkeypatch, capsys):
-  """Issue 36 item 3: train.py's "use a new --workdir, or add --allow_config_change" is
+  """train.py's "use a new --workdir, or add --allow_config_change" is
   followed by what applies to a grid, and the grid's --allow_config_change reaches every run."""
   refusal = (f"error: {tmp_path}/listops/transformer-cpu holds a run that does not fit this "
              f"config: model.emb_dim 16 -> 32. Use a new --workdir, or add "

@@ -163,11 +163,12 @@ def _cell_settings(task: str, model: str, preset: str, sets: list
   config = _config(task, mixer, preset)
   # A scoped value overrides the plain one; a @TASK and a @MODEL value, equally specific,
   # must agree (one scope's values were compared as the command line was read).
-  plain = [item for item in sets if item[0] is None]
   scoped = [item for item in sets if item[0] in (task, model)]
   cli.agree(scoped, where=f"{task}/{model}")
-  found = dict(extra)
-  found.update((key, value) for _, key, value in plain + scoped)
+  overridden = {key for _, key, _ in scoped}
+  found = dict(extra)  # in the command line's order
+  found.update((key, value) for scope, key, value in sets
+               if scope in (task, model) or (scope is None and key not in overridden))
   mine = list(found.items())
   for key, value in mine:
     if not _has_key(config, key):
