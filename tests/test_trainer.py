@@ -115,6 +115,28 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(listops_dir, tmp_p
   assert not os.path.exists(os.path.join(workdir, "results.json"))
 
 
+def test_the_run_refuses_its_steps_out_of_order(listops_dir, tmp_path):
+  """lra.training.run_dir: no data before the memory check, no Orbax write before the data
+  and the disk's room are checked, no step before the restore; the workdir's lock is released
+  however the run ends."""
+  from lra.training import memory_check, run_dir
+  from lra.training.periodic import OutOfOrder
+  config, workdir, mesh = tiny_config(listops_dir), str(tmp_path / "run"), trainer.make_mesh()
+  shapes = memory_check.task_shapes(config)
+  with pytest.raises(OutOfOrder, match="run.load_task after run.open"):
+    with run_dir.open(config, workdir, mesh) as run:
+      run.load_task(shapes)
+  with run_dir.open(config, workdir, mesh) as run:  # the lock was released
+    run.note_model(trainer.build_model(config, shapes))
+    with pytest.raises(OutOfOrder, match="run.restore after run.note_model"):
+      run.restore(None)
+    with pytest.raises(OutOfOrder, match="run.steps after run.note_model"):
+      next(run.steps(None, None))
+    with pytest.raises(OutOfOrder, match="run.after_step before run.steps"):
+      run.after_step(None, None)
+  assert sorted(os.listdir(workdir)) == [".lock"]  # no checkpoint folder, no config.json
+
+
 @pytest.mark.slow  # over 10 s on 2 cores: `pytest -m slow` (.ci/run runs it)
 def test_quick_config_loss_goes_down(listops_dir, tmp_path):
   """The README's CPU config (its model and optimiser) on the tiny data."""
@@ -186,7 +208,7 @@ def test_time_limit_ends_the_run_tested_and_a_rerun_goes_on(listops_dir, tmp_pat
   assert "stopped by max_train_time_s after 1 of 6 steps" in comparable.differences(
       first, paper_configs)
 
-  # Issue 34 item 2: the same command again trains no further step (before, each rerun added
+  # The same command again trains no further step (before, each rerun added
   # one), says why in one line, tests again and leaves the record as it was.
   results_json = open(os.path.join(limited, "results.json")).read()
   rows_of = lambda: [{k: v for k, v in json.loads(l).items() if k != "time"}

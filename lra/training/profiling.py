@@ -57,9 +57,13 @@ class Trace:
       self.staging = paths.LocalStaging(self.folder)
       jax.profiler.start_trace(self.staging.path)
 
+  def due(self, done: int, total: int) -> bool:
+    """Whether the trace stops after step `done`: its last step, or the run's."""
+    return self.staging is not None and done in (self.range[1], total)
+
   def after_step(self, done: int, total: int, state) -> str | None:
     """Stops the trace at its last step (or the run's); returns the line to print then."""
-    if self.staging is None or (done != self.range[1] and done != total):
+    if not self.due(done, total):
       return None
     jax.block_until_ready(state)  # the traced steps' device work belongs in the trace
     jax.profiler.stop_trace()
