@@ -117,7 +117,7 @@ def finite(tree) -> bool:
 def takes_dropout(mixer) -> bool:
   """Whether the mixer (a name or a class) has attention weights to drop."""
   cls = mixer if isinstance(mixer, type) else registry.get(mixer)
-  return bool(getattr(cls, "ATTENTION_DROPOUT", True))
+  return bool(cls.ATTENTION_DROPOUT)
 
 
 def _dropout(mixer) -> float:
@@ -277,9 +277,9 @@ def check_mixer(mixer: str | type, settings: dict | None = None, *,
   x1, mask1, _ = _inputs(1, seed=1)  # one token (rows: real, real, real, padding)
   f = Findings(label)
   unruled = registry.unruled_settings(mixer)
-  f.check(not unruled, "settings", f"setting(s) {', '.join(unruled)} have no rule in SETTINGS, "
-          f"so any value trains unchecked: give each one, e.g. SETTINGS = "
-          f"{{{unruled[0] if unruled else 'name'!r}: lra.rules.Float(0.0, open='low')}}")
+  f.check(not unruled, "settings", f"setting(s) {', '.join(unruled)} have no rule, so any "
+          f"value trains unchecked: declare each as NAME: float = lra.rules.setting(default, "
+          f"lra.rules.Float(0.0, open='low'), 'one-line doc')")
   with cheap_compiles():
     r = run_once(_mixer_program(harness, Harness(mixer, settings, dtype="bfloat16"),
                                 not length_dependent), x, mask, noisy, cotangent, x1, mask1)
@@ -288,7 +288,7 @@ def check_mixer(mixer: str | type, settings: dict | None = None, *,
     _check_precision(f, r, harness, x, mask, x1)
     module = registry.make(mixer, settings, num_heads=HEADS, qkv_dim=QKV,
                            dropout_rate=_dropout(mixer), dtype="float32", layer_index=1)
-    if getattr(module, "SUBQUADRATIC", False):  # where the mixer claims it
+    if module.SUBQUADRATIC:  # where the mixer claims it
       squares = square_shapes(harness)
       f.check(not squares, "subquadratic", f"claims SUBQUADRATIC but forms {squares[:3]}")
   f.assert_none("mixer")

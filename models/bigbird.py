@@ -120,17 +120,18 @@ class BigBirdAttention(HeadsMixer):
   the mixer as the global tokens (num_global_blocks is unused) and dropped from the output.
   """
   layer_index: int = 0  # picks this layer's random pattern
-  block_size: int = 64
-  num_random_blocks: int = 3
-  window_blocks: int = 3  # own block and (window_blocks - 1) / 2 neighbours each side; odd
-  num_global_blocks: int = 2  # ITC: the first and the last block
-  mode: str = "itc"
-  num_extra_global: int = 128  # ETC: as many global tokens as ITC's 2 blocks of 64
-  seed: int = 0
+  block_size: int = s.setting(64, s.Int(1),
+                              "tokens per block (every attention pattern is of whole blocks)")
+  num_random_blocks: int = s.setting(3, s.Int(0), "random key blocks each query block attends to")
+  window_blocks: int = s.setting(3, s.Int(1),
+                                 "own block and (window_blocks - 1) / 2 neighbours each side; odd")
+  num_global_blocks: int = s.setting(2, s.Int(0), "ITC: the first and the last block")
+  mode: str = s.setting("itc", s.Choice(MODES),
+                        '"itc" (global blocks of the sequence) or "etc" (extra global tokens)')
+  num_extra_global: int = s.setting(128, s.Int(0),
+                                    "ETC: as many global tokens as ITC's 2 blocks of 64")
+  seed: int = s.setting(0, s.Int(0), "the random blocks' pattern (fixed per layer)")
 
-  SETTINGS = {"block_size": s.Int(1), "num_random_blocks": s.Int(0),
-              "window_blocks": s.Int(1), "num_global_blocks": s.Int(0),
-              "mode": s.Choice(MODES), "num_extra_global": s.Int(0), "seed": s.Int(0)}
   SUBQUADRATIC = True
 
   def check_settings(self) -> None:

@@ -1,5 +1,5 @@
-"""What every token mixer shares: the mixer base classes (the encoder's fields, declared once,
-and the validation run when a mixer is built), the per-head projections, the mask value,
+"""What every token mixer shares: the mixer base classes (the whole mixer interface, declared
+once, and the validation run when a mixer is built), the per-head projections, the mask value,
 attention-weight dropout and the dense masked softmax attention."""
 from __future__ import annotations
 
@@ -17,43 +17,75 @@ MASK_VALUE = -1e9
 class Mixer(nn.Module):
   """Base of every token mixer: mixer(x_BxLxD, mask_BxL, deterministic=...) -> BxLxD.
 
-  The encoder fills the fields declared here (and layer_index / shared / num_layers where a
-  mixer declares them); a config sets the others, in config.model.attention. A subclass declares one check per
-  user setting in SETTINGS (the contract test makes sure each has one) and overrides
-  `check_settings` for rules across settings, calling super(). The checks run when the mixer is
-  constructed, so models.build rejects a bad config before anything is traced.
+  The whole interface of a mixer is declared here, each part with its default; the registry,
+  the encoder and the optimiser read it from the class or call it, and nothing else.
+
+  Fields. `ENCODER_FIELDS` are those the encoder fills (this class declares `dropout_rate`, the
+  encoder's attention_dropout_rate, and `dtype`; HeadsMixer `num_heads`, `qkv_dim`, `rotary`;
+  a mixer declares `layer_index`, `shared` or `num_layers` where it needs them). Every other
+  field is a user setting, set in config.model.attention and declared the one way:
+  `name: int = rules.setting(default, rule, "one-line doc")` (lra/rules.py), whose rule runs
+  when the mixer is constructed, so models.build rejects a bad config before anything is traced
+  (`setting_rules()` lists them).
+
+  Constants (class attributes, read by the registry from the class):
+    `SUBQUADRATIC` (False): True when the mixer never forms an array with two axes of the
+      sequence length (the contract test checks the traced program of every mixer that claims
+      it); a property where it depends on a setting.
+    `ATTENTION_DROPOUT` (True): False for a mixer with no attention weights to drop: it
+      refuses attention_dropout_rate > 0 instead of ignoring it, and configs set 0 for it.
+    `ENCODER_SETTINGS` ({}): encoder settings (models.settings.EncoderConfig) the mixer needs on
+      every task, e.g. {"positions": "none"}, with a comment saying why; configs and the tests'
+      tiny models apply them (registry.encoder_settings).
+    `SETTINGS_WHEN` (()): mixer settings that follow from encoder settings, ((condition,
+      settings), ...) with the condition a dict of encoder settings; configs apply the settings
+      of each condition their encoder settings meet (registry.settings_when).
+    `OPTIMIZER_GROUP` (()): leaf names of the parameters trained apart, at
+      config.ssm_learning_rate without weight decay (lra/training/optim.py).
+
+  Hooks (override them; call super() in check_settings):
+    `make_shared(settings, **encoder_fields)` (None): a classmethod making the module whose
+      parameters every block's mixer shares; the encoder calls it in its own scope and gives
+      the module to each block's mixer as its `shared` field.
+    `check_settings()`: each declared setting against its rule, then the encoder fields; a
+      subclass adds rules across settings.
+    `check_length(length)` (nothing): rules that need the longest sequence the mixer will see.
+    `idle_at(length)` ([]): one line for each setting that does nothing at that length.
+    `residual(x, y, mask, dropout=..., deterministic=...)` (x + dropout(mixer(y))): the block's
+      residual stream after the mixer's sub-layer; a mixer with another form (Mega's gated
+      x + u (dropout(h) - x)) overrides it.
+    `reversible()` (True unless `residual` is overridden): whether reversible layers, which
+      build the default residual form, can run the mixer (models.build refuses otherwise).
   """
   dropout_rate: float = 0.0  # the encoder's attention_dropout_rate
   dtype: str = "float32"
 
-  SETTINGS = {}  # user setting -> its check (models/settings.py); not a dataclass field
-  # True when the mixer never forms an array with two axes of the sequence length (the
-  # contract test checks the traced program of every mixer that claims it).
+  ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index", "shared",
+                    "num_layers", "rotary")
   SUBQUADRATIC = False
-  # False for a mixer with no attention weights to drop: it refuses attention_dropout_rate > 0
-  # instead of ignoring it, and configs set 0 for it (registry.takes_attention_dropout).
   ATTENTION_DROPOUT = True
-  # Encoder settings (models.settings.EncoderConfig) the mixer needs on every task, e.g.
-  # {"positions": "none"}, with a comment saying why; configs and the tests' tiny models apply
-  # them (registry.encoder_settings).
   ENCODER_SETTINGS = {}
-  # Mixer settings that follow from encoder settings: ((condition, settings), ...), where the
-  # condition is a dict of encoder settings; configs apply the settings of each condition that
-  # their encoder settings meet (registry.settings_when).
   SETTINGS_WHEN = ()
-  # True when the block's mixer sub-layer is a gated residual x + u * (dropout(h) - x) (Mega's
-  # eq. 15) instead of x + dropout(f(x)): the mixer then has a method
-  # `candidate_and_gate(x, mask, deterministic=...) -> (h, u)`, and its __call__ returns
-  # u * (h - x) (registry.gated_residual; models/encoder.py's Block builds the sub-layer).
-  GATED_RESIDUAL = False
+  OPTIMIZER_GROUP = ()
 
   def __post_init__(self):
     self.check_settings()
     super().__post_init__()
 
+  @classmethod
+  def setting_rules(cls) -> dict:
+    """{user setting: its rule}: the fields declared with rules.setting."""
+    return {name: d.rule for name, d in s.declared(cls).items() if d.rule is not None}
+
+  @classmethod
+  def make_shared(cls, settings: dict, **encoder_fields) -> nn.Module | None:
+    """The module every block's mixer shares (built in the encoder's scope), or None."""
+    del settings, encoder_fields
+    return None
+
   def check_settings(self) -> None:
-    """Each user setting against its check, then the encoder fields this mixer receives."""
-    for name, rule in self.SETTINGS.items():
+    """Each user setting against its rule, then the encoder fields this mixer receives."""
+    for name, rule in self.setting_rules().items():
       s.check(s.attention_key(name), getattr(self, name), rule)
     s.check(s.model_key("attention_dropout_rate"), self.dropout_rate,
             s.Float(0.0, 1.0, open="high"))
@@ -69,6 +101,18 @@ class Mixer(nn.Module):
     valid, but not what the setting says): the trainer warns and results.json records them."""
     del length
     return []
+
+  def residual(self, x_BxLxD, y_BxLxD, mask_BxL, *, dropout, deterministic: bool):
+    """The residual stream after this sub-layer: x + dropout(mixer(y)), y the block's input x
+    normalised (pre-norm) or x itself (post-norm: the block normalises the result);
+    `dropout` is the block's residual dropout."""
+    return x_BxLxD + dropout(self(y_BxLxD, mask_BxL, deterministic=deterministic))
+
+  @classmethod
+  def reversible(cls) -> bool:
+    """Whether reversible layers can run this mixer: they build y1 = x1 + dropout(f(x2)), the
+    default `residual`, so a mixer with its own residual form cannot."""
+    return cls.residual is Mixer.residual
 
   def attention_rng(self, deterministic: bool):
     """The key of attention-weight dropout, or None when there is none to apply."""

@@ -104,10 +104,9 @@ def normalize(config: EncoderConfig, x_BxLxD, mask_BxL, *, deterministic: bool,
 class Block(nn.Module):
   """Residual block: a token-mixer sub-layer, then (unless feedforward=False) an MLP one.
 
-  Pre-norm (default): x + dropout(f(norm(x))); post-norm: norm(x + dropout(f(x))). A mixer
-  with a gated residual (GATED_RESIDUAL, models/common.py) makes its sub-layer
-  x + u * (dropout(h) - x) instead, h and u from norm(x) (pre-norm; post-norm: from x, and the
-  sum normalised).
+  Pre-norm (default): x + dropout(f(norm(x))); post-norm: norm(x + dropout(f(x))). The mixer
+  computes its own sub-layer's residual form (Mixer.residual, models/common.py) from x and
+  norm(x) (pre-norm; post-norm: x, and the result normalised).
   With `branch` ("mixer" or "mlp") it returns that sub-layer's residual branch alone,
   dropout(f(norm(x))): the f and g of a reversible layer (models/reversible.py).
   Parameter names: mixer, LayerNorm_0 (or BatchNorm_0), LayerNorm_1, MLP_0. Its settings are
@@ -144,18 +143,15 @@ class Block(nn.Module):
         raise ValueError(f"unknown branch {branch!r}; valid: mixer, mlp")
       return residual_branch(0, mixer, x_BxLxD) if branch == "mixer" else \
           residual_branch(1, mlp, x_BxLxD)
-    sublayers = [mixer, mlp] if c.feedforward else [mixer]
-    for index, f in enumerate(sublayers):
-      if index == 0 and getattr(module, "GATED_RESIDUAL", False):  # x + u (dropout(h) - x)
-        h_BxLxD, u_BxLxD = module.candidate_and_gate(
-            norm(0, x_BxLxD) if c.prenorm else x_BxLxD, mask_BxL, deterministic=deterministic)
-        x_BxLxD = x_BxLxD + u_BxLxD * (drop(h_BxLxD, deterministic=deterministic) - x_BxLxD)
-        x_BxLxD = x_BxLxD if c.prenorm else norm(0, x_BxLxD)
-      elif c.prenorm:
-        x_BxLxD = x_BxLxD + residual_branch(index, f, x_BxLxD)
-      else:
-        x_BxLxD = norm(index, x_BxLxD + drop(f(x_BxLxD), deterministic=deterministic))
-    return x_BxLxD
+    x_BxLxD = module.residual(x_BxLxD, norm(0, x_BxLxD) if c.prenorm else x_BxLxD, mask_BxL,
+                              dropout=lambda h: drop(h, deterministic=deterministic),
+                              deterministic=deterministic)
+    x_BxLxD = x_BxLxD if c.prenorm else norm(0, x_BxLxD)
+    if not c.feedforward:
+      return x_BxLxD
+    if c.prenorm:
+      return x_BxLxD + residual_branch(1, mlp, x_BxLxD)
+    return norm(1, x_BxLxD + drop(mlp(x_BxLxD), deterministic=deterministic))
 
 
 def make_mixer(mixer: str, settings, config: EncoderConfig, **fields):
@@ -341,7 +337,7 @@ def idle_settings(model) -> list[str]:
   """The mixer's lines on settings that do nothing at the input length of `model` (one that
   build made): Mixer.idle_at."""
   mixer, length = _longest_mixer(model.encoder)
-  return mixer.idle_at(length) if hasattr(mixer, "idle_at") else []  # a Mixer's hook
+  return mixer.idle_at(length)
 
 
 def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair: bool,
@@ -362,9 +358,11 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
   if pair:
     rules.check(rules.model_key("pair_features"), pair_features, rules.Choice(PAIR_FEATURES))
   check_encoder(model)
-  if model.get("reversible") and registry.gated_residual(mixer):
-    rules.fail(rules.model_key("reversible"), True, f"False for model {mixer!r} (its gated "
-               "residual is no additive branch f of a reversible layer)")
+  cls = registry.get(mixer)
+  if model.get("reversible") and not cls.reversible():
+    rules.fail(rules.model_key("reversible"), True, f"False for model {mixer!r} (its own "
+               f"residual form, {cls.__name__}.residual, is no additive branch f of a "
+               "reversible layer)")
   if model.get("positions") == "rotary" and not registry.takes_rotary(mixer):
     rules.fail(rules.model_key("positions"), "rotary", f"'sinusoidal', 'learned' or 'none' for "
                f"model {mixer!r} (it has no queries and keys to rotate)")

@@ -76,10 +76,10 @@ class FourierMixer(Mixer):
   module docstring. No weights to drop (dropout_rate must be 0), and the transform runs
   in float32 and returns the input's dtype.
   """
-  use_fft: bool = True  # False: DFT-matrix products (the paper's TPU path; L x L memory)
-  normalize: bool = False  # True: divide by sqrt(L * D); see the module docstring
-
-  SETTINGS = {"use_fft": s.Bool(), "normalize": s.Bool()}
+  use_fft: bool = s.setting(True, s.Bool(),
+                            "False: DFT-matrix products (the paper's TPU path; L x L memory)")
+  normalize: bool = s.setting(False, s.Bool(),
+                              "True: divide by sqrt(L * D); see the module docstring")
 
   ATTENTION_DROPOUT = False
   ENCODER_SETTINGS = {"prenorm": False}  # the paper's post-LayerNorm block

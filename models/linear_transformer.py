@@ -37,9 +37,9 @@ def linear_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, key_mask_BxL, eps: float):
 @register("linear_transformer")
 class LinearTransformerAttention(HeadsMixer):
   """elu+1 kernel attention over the non-padded tokens, computed without an L x L matrix."""
-  eps: float = 1e-6  # added to the normaliser (the paper's code uses 1e-6)
+  eps: float = s.setting(1e-6, s.Float(0.0, open="low"),
+                         "added to the normaliser (the paper's code uses 1e-6)")
 
-  SETTINGS = {"eps": s.Float(0.0, open="low")}
   SUBQUADRATIC = True
   ATTENTION_DROPOUT = False  # phi(K)^T V never forms attention weights (nor does the paper)
 

@@ -46,11 +46,11 @@ class SharedProjection(nn.Module):
 @register("linformer")
 class LinformerAttention(HeadsMixer):
   """Softmax attention of every query over k learned sequence-projections of the keys."""
-  k: int = 16  # projected length; LRA's Text config asks for 32
-  sharing: str = "none"  # "none": separate E and F; "kv": one for both; "layer": one for all
+  k: int = s.setting(16, s.Int(1), "projected length; LRA's Text config asks for 32")
+  sharing: str = s.setting("none", s.Choice(SHARINGS),
+                           '"none": separate E and F; "kv": one for both; "layer": one for all')
   shared: SharedProjection | None = None  # the encoder's E, given when sharing == "layer"
 
-  SETTINGS = {"k": s.Int(1), "sharing": s.Choice(SHARINGS)}
   SUBQUADRATIC = True
 
   @classmethod

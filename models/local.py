@@ -20,10 +20,9 @@ from lra.models.registry import register
 @register("local")
 class LocalAttention(HeadsMixer):
   """Softmax attention within contiguous blocks (optionally plus the neighbouring blocks)."""
-  block_size: int = 50  # LRA's setting; the image tasks use 64
-  overlap: bool = False  # also attend to the previous and the next block
+  block_size: int = s.setting(50, s.Int(1), "tokens per block (LRA: 50; the image tasks use 64)")
+  overlap: bool = s.setting(False, s.Bool(), "also attend to the previous and the next block")
 
-  SETTINGS = {"block_size": s.Int(1), "overlap": s.Bool()}
   SUBQUADRATIC = True
 
   @nn.compact

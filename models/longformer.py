@@ -95,19 +95,19 @@ def dilated_window_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, window_key_BxL, kg
 class LongformerAttention(HeadsMixer):
   """Beltagy et al. 2020: sliding window (dilated per head) + symmetric global attention."""
   layer_index: int = 0
-  window: int = 512  # total span w: w/2 keys on each side (the LRA setting)
-  # One value per head, or one for all heads; any other length is an error.
-  dilation: tuple[int, ...] = (1,)
-  # Tokens that attend to all tokens and are attended by all; 0 is the encoder's CLS token.
-  global_positions: tuple[int, ...] = (0,)
-  # The paper's separate Q_g, K_g, V_g for the global tokens' rows; False reuses the local ones.
-  separate_global_projections: bool = True
-  window_growth: float = 1.0  # layer k uses window * window_growth**k (even, >= 2)
+  window: int = s.setting(512, s.Int(2), "total span w: w/2 keys on each side (the LRA setting)")
+  dilation: tuple[int, ...] = s.setting(
+      (1,), s.Ints(1, scalar_ok=True), "the window's dilation: one value per head, or one for "
+      "all heads (any other length is an error)")
+  global_positions: tuple[int, ...] = s.setting(
+      (0,), s.Ints(0, empty_ok=True), "tokens that attend to all tokens and are attended by "
+      "all; 0 is the encoder's CLS token")
+  separate_global_projections: bool = s.setting(
+      True, s.Bool(), "the paper's separate Q_g, K_g, V_g for the global tokens' rows; False "
+      "reuses the local ones")
+  window_growth: float = s.setting(1.0, s.Float(0.0, open="low"),
+                                   "layer k uses window * window_growth**k (even, >= 2)")
 
-  SETTINGS = {"window": s.Int(2), "dilation": s.Ints(1, scalar_ok=True),
-              "global_positions": s.Ints(0, empty_ok=True),
-              "separate_global_projections": s.Bool(),
-              "window_growth": s.Float(0.0, open="low")}
   SUBQUADRATIC = True
 
   def check_settings(self) -> None:

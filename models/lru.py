@@ -66,12 +66,16 @@ def eigenvalues(nu_log_N, theta_log_N):
 class LRU(SSMMixer):
   """Linear Recurrent Unit by parallel scan (+ D skip), GELU, dropout, GLU output."""
   # dropout_rate (the encoder's attention_dropout_rate) is the dropout after the GELU.
-  state_size: int = 256  # N complex states
-  r_min: float = 0.0  # |Lambda| starts in [r_min, r_max] (uniform on the ring's area)
-  r_max: float = 1.0
-  max_phase: float = 6.283185307179586  # 2 pi: arg(Lambda) starts uniform in [0, max_phase]
-  bidirectional: bool = False  # add a recurrence from the end with its own C
-  tie_dropout: bool = True  # one dropout mask per channel for the whole sequence
+  state_size: int = s.setting(256, s.Int(1), "N complex states")
+  r_min: float = s.setting(0.0, s.Float(0.0, 1.0, open="high"),
+                           "|Lambda| starts in [r_min, r_max] (uniform on the ring's area)")
+  r_max: float = s.setting(1.0, s.Float(0.0, 1.0, open="low"),
+                           "|Lambda| starts at most r_max (see r_min)")
+  max_phase: float = s.setting(6.283185307179586, s.Float(0.0, open="low"),
+                               "2 pi: arg(Lambda) starts uniform in [0, max_phase]")
+  bidirectional: bool = s.setting(False, s.Bool(), "add a recurrence from the end with its own C")
+  tie_dropout: bool = s.setting(True, s.Bool(),
+                                "one dropout mask per channel for the whole sequence")
 
   # Leaf names that train with config.ssm_learning_rate and no weight decay
   # (lra/training/optim.py).
@@ -80,9 +84,6 @@ class LRU(SSMMixer):
   # CLS token: the recurrence encodes order itself, and a causal recurrence would give a CLS
   # token at position 0 nothing to see.
   ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
-  SETTINGS = {"state_size": s.Int(1), "r_min": s.Float(0.0, 1.0, open="high"),
-              "r_max": s.Float(0.0, 1.0, open="low"), "max_phase": s.Float(0.0, open="low"),
-              "bidirectional": s.Bool(), "tie_dropout": s.Bool()}
 
   def check_settings(self) -> None:
     super().check_settings()

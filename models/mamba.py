@@ -93,7 +93,7 @@ def symmetric_uniform(bound: float):
 
 
 class DtRank:
-  """dt_rank: "auto" (ceil(D / 16)) or an integer >= 1 (a models.settings rule)."""
+  """dt_rank: "auto" (ceil(D / 16)) or an integer >= 1 (a value rule, as those of lra/rules.py)."""
 
   def allowed(self) -> str:
     return "'auto' or an integer >= 1"
@@ -182,18 +182,26 @@ class Direction(nn.Module):
 class Mamba(SSMMixer):
   """Mamba block: in_proj to (x, z), causal conv + SiLU, selective scan (+ D skip), gate
   SiLU(z), out_proj; optionally bidirectional (see the module docstring)."""
-  state_size: int = 16  # N: states per inner channel (the official d_state)
-  expand: int = 2  # E = expand * D inner channels
-  conv_kernel: int = 4  # the depthwise causal conv's kernel size (the official d_conv)
-  dt_rank: int | str = "auto"  # R, the rank of dt's projection; "auto" = ceil(D / 16)
-  dt_min: float = 0.001  # dt starts log-uniform in [dt_min, dt_max] (through dt_bias)
-  dt_max: float = 0.1
-  bidirectional: bool = False  # add a backward scan with its own parameters (averaged)
+  state_size: int = s.setting(16, s.Int(1), "N: states per inner channel (the official d_state)")
+  expand: int = s.setting(2, s.Int(1), "E = expand * D inner channels")
+  conv_kernel: int = s.setting(4, s.Int(1),
+                               "the depthwise causal conv's kernel size (the official d_conv)")
+  dt_rank: int | str = s.setting("auto", DtRank(),
+                                 "R, the rank of dt's projection; \"auto\" = ceil(D / 16)")
+  dt_min: float = s.setting(0.001, s.Float(0.0, open="low"),
+                            "dt starts log-uniform in [dt_min, dt_max] (through dt_bias)")
+  dt_max: float = s.setting(0.1, s.Float(0.0, open="low"),
+                            "the upper end of dt's initial range (see dt_min)")
+  bidirectional: bool = s.setting(False, s.Bool(),
+                                  "add a backward scan with its own parameters (averaged)")
   # How the selective scan runs: "chunked" (chunks of chunk_size positions, no
   # batch x L x E x N array) or "associative" (jax.lax.associative_scan over the whole
   # sequence, which holds batch x L x E x N states: the reference). The same function.
-  scan: str = "chunked"
-  chunk_size: int = 32  # positions per chunk of the chunked scan (docs/results.md: its speed)
+  scan: str = s.setting("chunked", s.Choice(("chunked", "associative")),
+                        '"chunked" (chunk by chunk) or "associative" (the reference), see above')
+  chunk_size: int = s.setting(32, s.Int(1),
+                              "positions per chunk of the chunked scan (docs/results.md: its "
+                              "speed)")
   num_layers: int = 1  # the encoder's depth (filled in): out_proj starts / sqrt(num_layers)
 
   # Leaf names trained with config.ssm_learning_rate and no weight decay
@@ -205,10 +213,6 @@ class Mamba(SSMMixer):
   # mean-pools the real tokens without a CLS token (a causal scan would give a CLS token at
   # position 0 nothing to see).
   ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
-  SETTINGS = {"state_size": s.Int(1), "expand": s.Int(1), "conv_kernel": s.Int(1),
-              "dt_rank": DtRank(), "dt_min": s.Float(0.0, open="low"),
-              "dt_max": s.Float(0.0, open="low"), "bidirectional": s.Bool(),
-              "scan": s.Choice(("chunked", "associative")), "chunk_size": s.Int(1)}
 
   def check_settings(self) -> None:
     super().check_settings()

@@ -22,9 +22,10 @@ Gated attention (eqs. 7-15; v = `v_dim`, z = `z_dim`):
     Q = kappa_q * Z + mu_q,  K = kappa_k * Z + mu_k                    per-dimension scale/offset
     O = f(Q K^T / tau + b_rel) V
     H^ = silu(Hx + (gamma * O) U_h + b_h)                              the candidate, B x L x D
-and the block's sub-layer is Y = X + phi * (dropout(H^) - X), a gated residual: the encoder's
-Block builds it from `candidate_and_gate` (GATED_RESIDUAL; models/encoder.py), normalising X
-first (pre-norm) or Y after (post-norm), as the official MovingAverageGatedAttention does.
+and the block's sub-layer is Y = X + phi * (dropout(H^) - X), a gated residual: the mixer's
+`residual` (the Mixer hook the encoder's Block calls) builds it from `candidate_and_gate`, the
+Block normalising X first (pre-norm) or Y after (post-norm), as the official
+MovingAverageGatedAttention does; reversible layers cannot run it (Mixer.reversible).
 `__call__` alone returns phi * (H^ - X) for its input X (the update, without dropout).
 f (`attention_fn`): "softmax" (tau = sqrt(z), padded keys get weight 0); "laplace" (eq. 16,
 0.5 (1 + erf((x - mu) / (sigma sqrt 2))) with mu = sqrt(1/2), sigma = sqrt(1/(4 pi))) or
@@ -156,30 +157,32 @@ def chunk_attention(q_BxLxZ, k_BxLxZ, v_BxLxV, mask_BxL, bias_table_R, *, chunk:
 @register("mega")
 class Mega(Mixer):
   """Mega: bidirectional multi-dimensional damped EMA, then single-head gated attention (full,
-  or within chunks: Mega-chunk); the block makes its gated residual (GATED_RESIDUAL)."""
+  or within chunks: Mega-chunk); its `residual` is the gated one of eq. 15."""
   # dropout_rate (the encoder's attention_dropout_rate) drops attention weights.
-  z_dim: int = 64  # z: width of the shared representation Z (queries and keys)
-  v_dim: int = 0  # v: width of the values; 0 = twice the model width (the paper's v = 2d)
-  ema_dim: int = 16  # h: EMA dimensions per channel (the paper's LRA runs: 16)
-  attention_fn: str = "softmax"  # "softmax", "laplace" or "relu2" (the paper's f)
-  chunk_size: int = 0  # Mega-chunk: attend within chunks of this many positions; 0 = all
-  max_positions: int = 1024  # relative distances with their own bias: up to +-(P - 1)
-  bidirectional: bool = True  # a second EMA from the end (the paper's encoder mode)
-  truncation: int = 0  # EMA kernel lags kept (the official LRA runs: 1024); 0 = all
-  ema_dropout: float = 0.0  # dropout on the EMA output X' (the official `dropout`)
-  hidden_dropout: float = 0.0  # dropout on the values V (the official `act-dropout`)
+  z_dim: int = s.setting(64, s.Int(1), "z: width of the shared representation Z (queries and "
+                         "keys)")
+  v_dim: int = s.setting(0, s.Int(0), "v: width of the values; 0 = twice the model width (the "
+                         "paper's v = 2d)")
+  ema_dim: int = s.setting(16, s.Int(1), "h: EMA dimensions per channel (the paper's LRA runs: "
+                           "16)")
+  attention_fn: str = s.setting("softmax", s.Choice(ATTENTION_FNS),
+                                "\"softmax\", \"laplace\" or \"relu2\" (the paper's f)")
+  chunk_size: int = s.setting(0, s.Int(0), "Mega-chunk: attend within chunks of this many "
+                              "positions; 0 = all")
+  max_positions: int = s.setting(1024, s.Int(1), "relative distances with their own bias: up "
+                                 "to +-(P - 1)")
+  bidirectional: bool = s.setting(True, s.Bool(), "a second EMA from the end (the paper's "
+                                  "encoder mode)")
+  truncation: int = s.setting(0, s.Int(0), "EMA kernel lags kept (the official LRA runs: "
+                              "1024); 0 = all")
+  ema_dropout: float = s.setting(0.0, s.Float(0.0, 1.0, open="high"),
+                                 "dropout on the EMA output X' (the official `dropout`)")
+  hidden_dropout: float = s.setting(0.0, s.Float(0.0, 1.0, open="high"),
+                                    "dropout on the values V (the official `act-dropout`)")
 
-  # The block's sub-layer is x + u * (dropout(h) - x) from candidate_and_gate
-  # (models/encoder.py), as the paper's eq. 15 with its norm around it.
-  GATED_RESIDUAL = True
   # The encoder adds no absolute positions (the EMA and the relative bias encode order) and
   # mean-pools the real tokens without a CLS token, as the official LRA encoder.
   ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
-  SETTINGS = {"z_dim": s.Int(1), "v_dim": s.Int(0), "ema_dim": s.Int(1),
-              "attention_fn": s.Choice(ATTENTION_FNS), "chunk_size": s.Int(0),
-              "max_positions": s.Int(1), "bidirectional": s.Bool(), "truncation": s.Int(0),
-              "ema_dropout": s.Float(0.0, 1.0, open="high"),
-              "hidden_dropout": s.Float(0.0, 1.0, open="high")}
 
   @property
   def SUBQUADRATIC(self) -> bool:  # noqa: N802  (the flag every mixer has)
@@ -231,6 +234,12 @@ class Mega(Mixer):
                               dropout_rate=self.dropout_rate)
     h_BxLxD = nn.silu(hx_BxLxD + dense(width, "out")(gamma_BxLxV * o_BxLxV))
     return h_BxLxD, phi_BxLxD
+
+  def residual(self, x_BxLxD, y_BxLxD, mask_BxL, *, dropout, deterministic: bool):
+    """x + u * (dropout(h) - x), h and u from y (the block's norm(x), or x post-norm): the
+    paper's eq. 15, in place of Mixer's x + dropout(f(y))."""
+    h_BxLxD, u_BxLxD = self.candidate_and_gate(y_BxLxD, mask_BxL, deterministic=deterministic)
+    return x_BxLxD + u_BxLxD * (dropout(h_BxLxD) - x_BxLxD)
 
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     """phi * (H^ - x): the sub-layer's update with its own input as the residual."""

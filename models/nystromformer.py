@@ -147,11 +147,11 @@ def depthwise_conv(v_BxLxHxK, kernel_kxH):
 @register("nystromformer")
 class NystromAttention(HeadsMixer):
   """Nystrom-approximated softmax attention with segment-mean landmarks."""
-  num_landmarks: int = 64  # m; the official LRA code offers 32, 64, 128, 256
-  pinv_iterations: int = 6  # iterations of the pseudo-inverse (the paper's 6)
-  conv_kernel: int = 35  # depthwise conv skip on V along the sequence (odd); 0 = off
+  num_landmarks: int = s.setting(64, s.Int(1), "m; the official LRA code offers 32, 64, 128, 256")
+  pinv_iterations: int = s.setting(6, s.Int(1), "iterations of the pseudo-inverse (the paper's 6)")
+  conv_kernel: int = s.setting(35, s.Int(0),
+                               "depthwise conv skip on V along the sequence (odd); 0 = off")
 
-  SETTINGS = {"num_landmarks": s.Int(1), "pinv_iterations": s.Int(1), "conv_kernel": s.Int(0)}
   SUBQUADRATIC = True
 
   def check_settings(self) -> None:

@@ -135,14 +135,16 @@ def favor_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, key_mask_BxL, w_MxK,
 class PerformerAttention(HeadsMixer):
   """FAVOR+ linear attention; random features shared by the heads of a layer."""
   layer_index: int = 0  # decorrelates the fixed features of different layers
-  nb_features: int = 256  # m, random features per head
-  kernel: str = "softmax"  # "softmax": positive features (FAVOR+); "relu": ReLU features
-  orthogonal: bool = True  # orthogonal random features (lower variance than iid)
-  redraw: bool = True  # fresh features every training step, from the "dropout" rng
-  seed: int = 0  # the fixed features used in evaluation (and in training without redraw)
+  nb_features: int = s.setting(256, s.Int(1), "m, random features per head")
+  kernel: str = s.setting("softmax", s.Choice(KERNELS),
+                          '"softmax": positive features (FAVOR+); "relu": ReLU features')
+  orthogonal: bool = s.setting(True, s.Bool(),
+                               "orthogonal random features (lower variance than iid)")
+  redraw: bool = s.setting(True, s.Bool(),
+                           'fresh features every training step, from the "dropout" rng')
+  seed: int = s.setting(0, s.Int(0),
+                        "the fixed features used in evaluation (and in training without redraw)")
 
-  SETTINGS = {"nb_features": s.Int(1), "kernel": s.Choice(KERNELS), "orthogonal": s.Bool(),
-              "redraw": s.Bool(), "seed": s.Int(0)}
   SUBQUADRATIC = True
 
   @nn.compact

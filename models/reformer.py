@@ -205,17 +205,19 @@ def lsh_attention(qk_BxLxHxK, v_BxLxHxK, mask_BxL, buckets_BxHxRxL, *, chunk_len
 class ReformerAttention(HeadsMixer):
   """LSH attention on a shared query-key projection (per head), n_hashes rounds."""
   layer_index: int = 0  # decorrelates the fixed hashes of different layers
-  n_hashes: int = 1  # hash rounds (LRA: 1)
-  n_buckets: int = 10  # buckets per round, even (LRA: 10)
-  chunk_len: int = 10  # sorted chunk length; each chunk also sees the one before (LRA: 10)
-  attend_across_buckets: bool = False  # False: only same-bucket keys in the window (paper)
-  dedup: bool = True  # count a key found by several rounds once (paper's log N_ij term)
-  redraw: bool = True  # fresh hashes every training step, from the "dropout" rng (paper)
-  seed: int = 0  # the fixed hashes used in evaluation (and in training without redraw)
+  n_hashes: int = s.setting(1, s.Int(1), "hash rounds (LRA: 1)")
+  n_buckets: int = s.setting(10, s.Int(2), "buckets per round, even (LRA: 10)")
+  chunk_len: int = s.setting(10, s.Int(1),
+                             "sorted chunk length; each chunk also sees the one before (LRA: 10)")
+  attend_across_buckets: bool = s.setting(False, s.Bool(),
+                                          "False: only same-bucket keys in the window (paper)")
+  dedup: bool = s.setting(True, s.Bool(),
+                          "count a key found by several rounds once (paper's log N_ij term)")
+  redraw: bool = s.setting(True, s.Bool(),
+                           'fresh hashes every training step, from the "dropout" rng (paper)')
+  seed: int = s.setting(0, s.Int(0),
+                        "the fixed hashes used in evaluation (and in training without redraw)")
 
-  SETTINGS = {"n_hashes": s.Int(1), "n_buckets": s.Int(2), "chunk_len": s.Int(1),
-              "attend_across_buckets": s.Bool(), "dedup": s.Bool(), "redraw": s.Bool(),
-              "seed": s.Int(0)}
   SUBQUADRATIC = True
 
   def check_settings(self) -> None:

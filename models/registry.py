@@ -1,10 +1,10 @@
 """The registry of token mixers (attention variants) by name.
 
-Adding a variant means one new file in models/ whose Flax module is decorated with
-`@register("name")` (or `@registry.register("name")`), and one test file. The first lookup
-imports every module of models/ (about 1.2 s more than reading them, measured in
-docs/results.md: a config's load is not worth a second copy of dataclass reading); each
-decorator registers its class. A mixer registered at run time (outside code that a command's
+Adding a variant means one new file in models/ whose Mixer subclass (models/common.py, which
+declares the whole mixer interface) is decorated with `@register("name")` (or
+`@registry.register("name")`), and one test file. The first lookup imports every module of
+models/ (about 1.2 s more than reading them, measured in docs/results.md: a config's load is
+not worth a second copy of dataclass reading); each decorator registers its class. A mixer registered at run time (outside code that a command's
 `--import` loads, or a test's) is looked up the same way; `make`, `make_shared` and
 `user_settings` also take an unregistered mixer class (lra.testing.check_mixer checks one).
 """
@@ -24,10 +24,6 @@ _MIXERS: dict[str, type] = {}  # every registered class, by name
 _BUILT_IN = "lra.models."  # the module prefix of the mixers of models/
 _loaded = False  # whether every module of models/ has been imported
 
-# Fields the encoder fills in (a mixer declares the ones it needs); the user sets the others.
-ENCODER_FIELDS = ("num_heads", "qkv_dim", "dropout_rate", "dtype", "layer_index", "shared",
-                  "num_layers", "rotary")
-_NOT_SETTINGS = set(ENCODER_FIELDS) | {"parent", "name"}
 _MISSING = object()
 
 
@@ -41,10 +37,12 @@ def _load_built_in() -> None:
 
 
 def register(name: str) -> Callable[[type], type]:
-  """Class decorator: makes a mixer module available under `name`. A name already taken is a
-  one-line error naming the module that has it (outside code learns every built-in name)."""
+  """Class decorator: makes a mixer (a Mixer subclass) available under `name`. A class that is
+  no Mixer, or a name already taken, is a one-line error (the latter naming the module that
+  has it: outside code learns every built-in name)."""
 
   def wrap(cls: type) -> type:
+    _mixer_class(cls)
     if not cls.__module__.startswith(_BUILT_IN):
       _load_built_in()
     if name in _MIXERS:
@@ -59,33 +57,39 @@ def register(name: str) -> Callable[[type], type]:
   return wrap
 
 
-def _constant(name: str, attr: str, default: Any) -> Any:
-  """The class constant `attr` of mixer `name` (models/common.py's Mixer documents each), or
-  `default` where none is set."""
-  return getattr(get(name), attr, default)
+def _mixer() -> type:
+  """models/common.py's Mixer, which declares the interface of every mixer (imported when
+  first needed: importing the registry imports no JAX)."""
+  from lra.models.common import Mixer
+  return Mixer
+
+
+def _mixer_class(cls: type) -> type:
+  """`cls` if it is a Mixer (whose interface the registry and the encoder use), else a
+  one-line error."""
+  if not (isinstance(cls, type) and issubclass(cls, _mixer())):
+    name = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__name__', cls)}"
+    raise SettingError(f"{name} is no mixer: subclass lra.models.common.Mixer (or "
+                       "HeadsMixer), which declares the interface every mixer has")
+  return cls
 
 
 def takes_attention_dropout(name: str) -> bool:
   """Whether mixer `name` has attention weights to drop (its ATTENTION_DROPOUT, models/common.py):
   a config sets attention_dropout_rate 0 for one that has none."""
-  return bool(_constant(name, "ATTENTION_DROPOUT", True))
+  return bool(get(name).ATTENTION_DROPOUT)
 
 
 def encoder_settings(name: str) -> dict[str, Any]:
   """The encoder settings mixer `name` needs on every task (its ENCODER_SETTINGS)."""
-  return dict(_constant(name, "ENCODER_SETTINGS", {}))
-
-
-def gated_residual(name: str) -> bool:
-  """Whether mixer `name`'s sub-layer is a gated residual (its GATED_RESIDUAL, models/common.py)."""
-  return bool(_constant(name, "GATED_RESIDUAL", False))
+  return dict(get(name).ENCODER_SETTINGS)
 
 
 def settings_when(name: str, encoder: Mapping[str, Any]) -> dict[str, Any]:
   """The mixer settings that mixer `name` takes given the encoder settings `encoder` (a
   config.model): those of each of its SETTINGS_WHEN conditions that `encoder` meets."""
   found: dict[str, Any] = {}
-  for condition, settings in _constant(name, "SETTINGS_WHEN", ()):
+  for condition, settings in get(name).SETTINGS_WHEN:
     if all(key in encoder and encoder[key] == value for key, value in condition.items()):
       found.update(settings)
   return found
@@ -122,7 +126,7 @@ def get(name: str) -> type:
 
 def _class(mixer: str | type) -> type:
   """The class of `mixer`: a registered name, or a mixer class itself."""
-  return mixer if isinstance(mixer, type) else get(mixer)
+  return _mixer_class(mixer) if isinstance(mixer, type) else get(mixer)
 
 
 def _fields(mixer: str | type) -> dict[str, Any]:
@@ -133,13 +137,14 @@ def _fields(mixer: str | type) -> dict[str, Any]:
 
 def user_settings(name: str | type) -> list[str]:
   """The settings of mixer `name` that a config may set in `model.attention`."""
-  return [k for k in _fields(name) if k not in _NOT_SETTINGS]
+  not_settings = {*_mixer().ENCODER_FIELDS, "parent", "name"}  # the encoder fills them
+  return [k for k in _fields(name) if k not in not_settings]
 
 
 def unruled_settings(name: str | type) -> list[str]:
-  """The user settings of mixer `name` that its SETTINGS gives no rule: any value of them
-  trains unchecked (every mixer of models/ has a rule for each)."""
-  ruled = getattr(_class(name), "SETTINGS", {}) or {}
+  """The user settings of mixer `name` declared without a rule (Mixer.setting_rules): any
+  value of them trains unchecked (every mixer of models/ has a rule for each)."""
+  ruled = _class(name).setting_rules()
   return [k for k in user_settings(name) if k not in ruled]
 
 
@@ -150,14 +155,12 @@ def default_settings(name: str) -> dict[str, Any]:
 
 
 def make_shared(mixer: str | type, settings: dict[str, Any], **encoder_fields: Any):
-  """The module whose parameters every block's mixer shares, or None.
-
-  A mixer class may define `make_shared(settings, **encoder_fields)`; the encoder calls this
-  inside its own scope, so the module's parameters live once, in the encoder, and each block's
-  mixer receives it as its `shared` field.
+  """The module whose parameters every block's mixer shares, or None: the mixer's
+  `make_shared` hook (models/common.py). The encoder calls this inside its own scope, so the
+  module's parameters live once, in the encoder, and each block's mixer receives it as its
+  `shared` field.
   """
-  hook = getattr(_class(mixer), "make_shared", None)
-  return hook(dict(settings), **encoder_fields) if hook else None
+  return _class(mixer).make_shared(dict(settings), **encoder_fields)
 
 
 def check_settings(mixer: str | type, names) -> None:
@@ -186,6 +189,6 @@ def make(mixer: str | type, settings: dict[str, Any], *, length: int | None = No
   declared = {f.name for f in dataclasses.fields(cls)}
   given = {k: v for k, v in encoder_fields.items() if k in declared or k == "name"}
   module = cls(**given, **settings)
-  if length is not None and hasattr(module, "check_length"):
+  if length is not None:
     module.check_length(length)
   return module

@@ -100,12 +100,17 @@ def fft_convolve(u_BxLxD, forward_LxD, backward_LxD=None):
 class S4D(SSMMixer):
   """S4D layer: per-channel diagonal SSM convolution (+ D skip), GELU, dropout, linear + GLU."""
   # dropout_rate (the encoder's attention_dropout_rate) is the dropout after the GELU.
-  state_size: int = 64  # N: N/2 complex conjugate pairs of modes per channel
-  A_init: str = "inv"  # A's initialisation: "lin" (S4D-Lin) or "inv" (S4D-Inv)
-  dt_min: float = 0.001  # log_dt starts uniform in [log dt_min, log dt_max]
-  dt_max: float = 0.1
-  bidirectional: bool = True  # add a kernel over later positions (S4's LRA setting)
-  tie_dropout: bool = False  # one dropout mask per channel for the whole sequence
+  state_size: int = s.setting(64, s.Int(2), "N: N/2 complex conjugate pairs of modes per channel")
+  A_init: str = s.setting("inv", s.Choice(INITS),
+                          "A's initialisation: \"lin\" (S4D-Lin) or \"inv\" (S4D-Inv)")
+  dt_min: float = s.setting(0.001, s.Float(0.0, open="low"),
+                            "log_dt starts uniform in [log dt_min, log dt_max]")
+  dt_max: float = s.setting(0.1, s.Float(0.0, open="low"),
+                            "the upper end of log_dt's initial range (see dt_min)")
+  bidirectional: bool = s.setting(True, s.Bool(),
+                                  "add a kernel over later positions (S4's LRA setting)")
+  tie_dropout: bool = s.setting(False, s.Bool(),
+                                "one dropout mask per channel for the whole sequence")
 
   # Leaf names that train with config.ssm_learning_rate and no weight decay
   # (lra/training/optim.py).
@@ -113,9 +118,6 @@ class S4D(SSMMixer):
   # The encoder adds no absolute positions to S4D: the convolution encodes order itself, as
   # S4's LRA models do.
   ENCODER_SETTINGS = {"positions": "none"}
-  SETTINGS = {"state_size": s.Int(2), "A_init": s.Choice(INITS),
-              "dt_min": s.Float(0.0, open="low"), "dt_max": s.Float(0.0, open="low"),
-              "bidirectional": s.Bool(), "tie_dropout": s.Bool()}
 
   def check_settings(self) -> None:
     super().check_settings()

@@ -134,16 +134,24 @@ def discretize(lambda_re_N, lambda_im_N, log_dt_N, B_NxHx2, method: str, clip_ei
 class S5(SSMMixer):
   """S5 layer: MIMO diagonal SSM by parallel scan (+ D skip), GELU, dropout, GLU output."""
   # dropout_rate (the encoder's attention_dropout_rate) is the dropout after the GELU.
-  state_size: int = 256  # P, the real system's state size (P/2 complex states are kept)
-  blocks: int = 8  # J HiPPO-N blocks of size P/J on A's diagonal at init (P/J even)
-  discretization: str = "zoh"  # "zoh" or "bilinear"
-  dt_min: float = 0.001  # log_dt starts uniform in [log dt_min, log dt_max]
-  dt_max: float = 0.1
-  c_init: str = "trunc_standard_normal"  # C's initialisation (see the module docstring)
-  bidirectional: bool = True  # a second scan from the end with its own C (official LRA runs)
-  clip_eigs: bool = False  # keep Re(Lambda) <= -1e-4 (official Image run)
-  activation: str = "half_glu1"  # "gelu", "full_glu", "half_glu1" or "half_glu2"
-  tie_dropout: bool = True  # one dropout mask per channel for the whole sequence (official)
+  state_size: int = s.setting(256, s.Int(2),
+                              "P, the real system's state size (P/2 complex states are kept)")
+  blocks: int = s.setting(8, s.Int(1),
+                          "J HiPPO-N blocks of size P/J on A's diagonal at init (P/J even)")
+  discretization: str = s.setting("zoh", s.Choice(DISCRETIZATIONS), '"zoh" or "bilinear"')
+  dt_min: float = s.setting(0.001, s.Float(0.0, open="low"),
+                            "log_dt starts uniform in [log dt_min, log dt_max]")
+  dt_max: float = s.setting(0.1, s.Float(0.0, open="low"),
+                            "the upper end of log_dt's initial range (see dt_min)")
+  c_init: str = s.setting("trunc_standard_normal", s.Choice(C_INITS),
+                          "C's initialisation (see the module docstring)")
+  bidirectional: bool = s.setting(True, s.Bool(),
+                                  "a second scan from the end with its own C (official LRA runs)")
+  clip_eigs: bool = s.setting(False, s.Bool(), "keep Re(Lambda) <= -1e-4 (official Image run)")
+  activation: str = s.setting("half_glu1", s.Choice(ACTIVATIONS),
+                              '"gelu", "full_glu", "half_glu1" or "half_glu2"')
+  tie_dropout: bool = s.setting(True, s.Bool(),
+                                "one dropout mask per channel for the whole sequence (official)")
 
   # Leaf names that train with config.ssm_learning_rate and no weight decay
   # (lra/training/optim.py).
@@ -151,11 +159,6 @@ class S5(SSMMixer):
   # The encoder adds no absolute positions to S5 and mean-pools the real tokens without a CLS
   # token: the recurrence encodes order itself, and the official S5 pools the mean.
   ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
-  SETTINGS = {"state_size": s.Int(2), "blocks": s.Int(1),
-              "discretization": s.Choice(DISCRETIZATIONS), "dt_min": s.Float(0.0, open="low"),
-              "dt_max": s.Float(0.0, open="low"), "c_init": s.Choice(C_INITS),
-              "bidirectional": s.Bool(), "clip_eigs": s.Bool(),
-              "activation": s.Choice(ACTIVATIONS), "tie_dropout": s.Bool()}
 
   def check_settings(self) -> None:
     super().check_settings()

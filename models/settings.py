@@ -1,15 +1,15 @@
-"""The encoder's settings (config.model.*), each declared once in EncoderConfig: default, rule
-and doc; `check_encoder` checks them and the rules across them when the model is built.
+"""The encoder's settings (config.model.*), each declared once in EncoderConfig with
+`rules.setting` (default, rule and one-line doc: the one way every layer declares a setting,
+lra/rules.py); `check_encoder` checks them and the rules across them when the model is built.
 
-A mixer declares one rule (lra/rules.py) per user setting in its class attribute SETTINGS
-(name -> rule); the mixer base (models/common.py) runs them when the mixer is built.
+A mixer declares its user settings the same way, as its dataclass fields (models/common.py).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping
 
-from lra.rules import Bool, Choice, Float, Int, check, fail, model_key
+from lra.rules import Bool, Choice, Float, Int, check, declared, fail, model_key, setting
 
 
 # --- the encoder's settings (config.model.*), each declared once ---
@@ -24,12 +24,6 @@ HEADS = ("mlp", "linear", "gelu_mlp")  # the classifier after pooling (models/en
 DTYPES = ("float32", "bfloat16", "float16")  # compute dtype; parameters stay float32
 
 
-def _setting(default, rule, doc: str):
-  """An EncoderConfig field: its default, its check (metadata "rule") and its one-line doc
-  (metadata "doc")."""
-  return dataclasses.field(default=default, metadata=dict(rule=rule, doc=doc))
-
-
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
   """The shared encoder's settings, each declared once: default, check and doc.
@@ -39,58 +33,58 @@ class EncoderConfig:
   (check_encoder) and builds one of these, and the encoder's Flax modules read it (as Flax
   lm1b's TransformerConfig). A new encoder setting is one field here, its use and its test.
   """
-  emb_dim: int = _setting(512, Int(1), "token embedding width, kept by every block")
-  num_heads: int = _setting(8, Int(1), "attention heads (qkv_dim is split over them)")
-  qkv_dim: int = _setting(512, Int(1), "total width of queries, keys and values (all heads)")
-  mlp_dim: int = _setting(1024, Int(1), "hidden width of the block MLP and of the classifier "
-                          "head")
-  num_layers: int = _setting(4, Int(1), "encoder blocks")
-  dropout_rate: float = _setting(0.1, Float(0.0, 1.0, open="high"),
-                                 "residual, MLP and embedding dropout")
-  attention_dropout_rate: float = _setting(
+  emb_dim: int = setting(512, Int(1), "token embedding width, kept by every block")
+  num_heads: int = setting(8, Int(1), "attention heads (qkv_dim is split over them)")
+  qkv_dim: int = setting(512, Int(1), "total width of queries, keys and values (all heads)")
+  mlp_dim: int = setting(1024, Int(1), "hidden width of the block MLP and of the classifier "
+                         "head")
+  num_layers: int = setting(4, Int(1), "encoder blocks")
+  dropout_rate: float = setting(0.1, Float(0.0, 1.0, open="high"),
+                                "residual, MLP and embedding dropout")
+  attention_dropout_rate: float = setting(
       0.1, Float(0.0, 1.0, open="high"),
       "dropout on attention weights; configs give 0 to a mixer that has none (its "
       "ATTENTION_DROPOUT)")
-  positions: str = _setting("sinusoidal", Choice(POSITIONS),
-                            '"sinusoidal", "learned", "none" (the mixer encodes positions) or '
-                            '"rotary" (queries and keys rotated by position: RoFormer)')
-  use_cls: bool = _setting(True, Bool(), "prepend a zero-initialised CLS token")
-  pooling: str = _setting("CLS", Choice(POOLINGS), '"CLS", "MEAN" or "SUM" (padding excluded)')
-  dtype: str = _setting("float32", Choice(DTYPES),
-                        'compute dtype; "bfloat16" on GPU/TPU (params stay float32)')
-  ffn_chunks: int = _setting(1, Int(1), "run the block MLP over this many sequence chunks "
-                             "(less memory, same math)")
-  feedforward: bool = _setting(True, Bool(), "False: blocks without the MLP sub-layer "
-                               "(mixers with their own output MLP)")
-  norm: str = _setting("layer", Choice(NORMS), 'block norms: "layer", or "batch" (per channel '
-                       "over the batch and the real tokens, running averages for evaluation)")
-  prenorm: bool = _setting(True, Bool(), "x + f(norm(x)); False: post-norm norm(x + f(x)), "
-                           "no final norm")
-  reversible: bool = _setting(False, Bool(), "reversible residual layers "
-                              "(models/reversible.py): activation memory flat in depth")
-  # The switches below let a published config reproduce its authors' function (DESIGN.md,
-  # "Recipes"); their defaults are LRA's.
-  final_norm: bool = _setting(True, Bool(), "a norm after the last pre-norm block (LRA's final "
-                              "LayerNorm); False: none, as the S5 and LRU stacks")
-  input_encoder: str = _setting("embedding", Choice(INPUT_ENCODERS),
-                                '"embedding" (a learned row per token id) or "linear": '
-                                "Dense(1 -> emb_dim) of (id - input_mean) / input_std, the "
-                                "SSM papers' encoder of pixel intensities")
-  input_mean: float = _setting(0.0, Float(), 'the "linear" input encoder subtracts it')
-  input_std: float = _setting(1.0, Float(0.0, open="low"),
-                              'the "linear" input encoder divides by it')
-  input_dropout: bool = _setting(True, Bool(), "dropout (dropout_rate) on the embedded input; "
-                                 "False: none, as the S4 and S5 stacks")
-  head: str = _setting("mlp", Choice(HEADS), '"mlp": LRA\'s Dense(mlp_dim)-ReLU-Dense (pair '
-                       'tasks: Dense(mlp_dim)-ReLU-Dense(mlp_dim/2)-ReLU-Dense), "linear": one '
-                       'Dense, "gelu_mlp": Dense(mlp_dim)-GELU-Dense')
-  batch_norm_momentum: float = _setting(0.9, Float(0.0, 1.0, open="high"),
-                                        "BatchNorm's running averages: new = m old + (1 - m) "
-                                        "batch (S5's default is 0.95)")
-  pad_like_authors: bool = _setting(False, Bool(), "let padding into the blocks and norms "
-                                    "(mixers and BatchNorm see padded positions as real, "
-                                    "pooling still skips them), as the official S4 and S5 "
-                                    "codes run; False: padding is masked (the correct function)")
+  positions: str = setting("sinusoidal", Choice(POSITIONS),
+                           '"sinusoidal", "learned", "none" (the mixer encodes positions) or '
+                           '"rotary" (queries and keys rotated by position: RoFormer)')
+  use_cls: bool = setting(True, Bool(), "prepend a zero-initialised CLS token")
+  pooling: str = setting("CLS", Choice(POOLINGS), '"CLS", "MEAN" or "SUM" (padding excluded)')
+  dtype: str = setting("float32", Choice(DTYPES),
+                       'compute dtype; "bfloat16" on GPU/TPU (params stay float32)')
+  ffn_chunks: int = setting(1, Int(1), "run the block MLP over this many sequence chunks "
+                            "(less memory, same math)")
+  feedforward: bool = setting(True, Bool(), "False: blocks without the MLP sub-layer "
+                              "(mixers with their own output MLP)")
+  norm: str = setting("layer", Choice(NORMS), 'block norms: "layer", or "batch" (per channel '
+                      "over the batch and the real tokens, running averages for evaluation)")
+  prenorm: bool = setting(True, Bool(), "x + f(norm(x)); False: post-norm norm(x + f(x)), "
+                          "no final norm")
+  reversible: bool = setting(False, Bool(), "reversible residual layers "
+                             "(models/reversible.py): activation memory flat in depth")
+  # The switches below let a published config reproduce its authors' function (docs/recipes.md);
+  # their defaults are LRA's.
+  final_norm: bool = setting(True, Bool(), "a norm after the last pre-norm block (LRA's final "
+                             "LayerNorm); False: none, as the S5 and LRU stacks")
+  input_encoder: str = setting("embedding", Choice(INPUT_ENCODERS),
+                               '"embedding" (a learned row per token id) or "linear": '
+                               "Dense(1 -> emb_dim) of (id - input_mean) / input_std, the "
+                               "SSM papers' encoder of pixel intensities")
+  input_mean: float = setting(0.0, Float(), 'the "linear" input encoder subtracts it')
+  input_std: float = setting(1.0, Float(0.0, open="low"),
+                             'the "linear" input encoder divides by it')
+  input_dropout: bool = setting(True, Bool(), "dropout (dropout_rate) on the embedded input; "
+                                "False: none, as the S4 and S5 stacks")
+  head: str = setting("mlp", Choice(HEADS), '"mlp": LRA\'s Dense(mlp_dim)-ReLU-Dense (pair '
+                      'tasks: Dense(mlp_dim)-ReLU-Dense(mlp_dim/2)-ReLU-Dense), "linear": one '
+                      'Dense, "gelu_mlp": Dense(mlp_dim)-GELU-Dense')
+  batch_norm_momentum: float = setting(0.9, Float(0.0, 1.0, open="high"),
+                                       "BatchNorm's running averages: new = m old + (1 - m) "
+                                       "batch (S5's default is 0.95)")
+  pad_like_authors: bool = setting(False, Bool(), "let padding into the blocks and norms "
+                                   "(mixers and BatchNorm see padded positions as real, "
+                                   "pooling still skips them), as the official S4 and S5 "
+                                   "codes run; False: padding is masked (the correct function)")
 
 
 def encoder_defaults() -> dict[str, Any]:
@@ -101,9 +95,9 @@ def encoder_defaults() -> dict[str, Any]:
 def check_encoder(model: Mapping[str, Any]) -> None:
   """The encoder settings given in `model` (config.model): each against its rule, then the
   combinations they allow together."""
-  for field in dataclasses.fields(EncoderConfig):
-    if field.name in model:
-      check(model_key(field.name), model[field.name], field.metadata["rule"])
+  for name, setting in declared(EncoderConfig).items():
+    if name in model:
+      check(model_key(name), model[name], setting.rule)
   if model.get("pooling") == "CLS" and not model.get("use_cls", True):
     fail(model_key("pooling"), "CLS", "'MEAN' or 'SUM' with config.model.use_cls=False "
          "('CLS' pools the CLS token)")

@@ -103,13 +103,14 @@ def _sorted_share(p_BxHxNxN, which_BxNxb):
 @register("sinkhorn")
 class SinkhornAttention(HeadsMixer):
   """Local block attention plus attention to a Sinkhorn-sorted partner block, per head."""
-  block_size: int = 50  # LRA's setting
-  sinkhorn_iterations: int = 5  # row+column normalisation rounds
-  temperature: float = 0.75  # divides the sorting logits; lower -> closer to a hard permutation
-  gumbel: bool = False  # Gumbel noise on the sorting logits while training (dropout rng)
+  block_size: int = s.setting(50, s.Int(1), "tokens per block (LRA: 50)")
+  sinkhorn_iterations: int = s.setting(5, s.Int(1), "row+column normalisation rounds")
+  temperature: float = s.setting(0.75, s.Float(0.0, open="low"),
+                                 "divides the sorting logits; lower -> closer to a hard "
+                                 "permutation")
+  gumbel: bool = s.setting(False, s.Bool(),
+                           "Gumbel noise on the sorting logits while training (dropout rng)")
 
-  SETTINGS = {"block_size": s.Int(1), "sinkhorn_iterations": s.Int(1),
-              "temperature": s.Float(0.0, open="low"), "gumbel": s.Bool()}
   SUBQUADRATIC = True
 
   @nn.compact

@@ -114,13 +114,12 @@ class SparseTransformerAttention(HeadsMixer):
   """Child et al. 2019 factorised attention, without the causal mask (classification)."""
   layer_index: int = 0  # the encoder block's index; picks the pattern for "interleave"
   # LRA's sparse transformer config used the fixed pattern with block 50 and c 10.
-  pattern: str = "fixed"      # "fixed" or "strided": what A2 is
-  combine: str = "heads"      # "heads" (paper's best), "interleave" (by layer) or "merged"
-  block_size: int = 50        # l: block length and stride
-  c: int = 10                 # fixed pattern: summary positions at the end of each block
+  pattern: str = s.setting("fixed", s.Choice(PATTERNS), '"fixed" or "strided": what A2 is')
+  combine: str = s.setting("heads", s.Choice(COMBINES),
+                           '"heads" (paper\'s best), "interleave" (by layer) or "merged"')
+  block_size: int = s.setting(50, s.Int(1), "l: block length and stride")
+  c: int = s.setting(10, s.Int(1), "fixed pattern: summary positions at the end of each block")
 
-  SETTINGS = {"pattern": s.Choice(PATTERNS), "combine": s.Choice(COMBINES),
-              "block_size": s.Int(1), "c": s.Int(1)}
   SUBQUADRATIC = True
   # One head cannot hold two patterns ("heads" splits them over the heads): configs of a
   # one-head model merge them.

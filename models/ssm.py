@@ -13,8 +13,9 @@ from lra.models.common import Mixer
 
 
 class SSMMixer(Mixer):
-  """Base of the SSM mixers (each declares its own tie_dropout: one dropout mask per channel
-  for the whole sequence, as the official S4/S5 layers do)."""
+  """Base of the state space mixers. One that calls `tied_dropout` (S4D, S5, LRU) declares the
+  setting tie_dropout: one dropout mask per channel for the whole sequence, as the official
+  S4/S5 layers do (Mamba has no dropout inside, and no such setting)."""
 
   # The SSMs form no L x L array (they encode positions themselves, too).
   SUBQUADRATIC = True

@@ -59,13 +59,14 @@ def factor_sizes(length: int) -> tuple[int, int]:
 class SynthesizerAttention(HeadsMixer):
   """Synthesised (optionally dot-product-mixed) softmax attention; see the module docstring."""
   layer_index: int = 0  # seeds the fixed matrices of trainable_random=False
-  mode: str = "random"  # LRA's setting
-  mix_dot_product: bool = True  # LRA mixed random synthetic logits with dot-product ones
-  trainable_random: bool = True  # False: random matrices fixed (regenerated, never trained)
-  factor_rank: int = 8  # factorized_random: R = R1 R2^T with rank factor_rank
+  mode: str = s.setting("random", s.Choice(MODES),
+                        "how the logits are synthesised (LRA: random)")
+  mix_dot_product: bool = s.setting(True, s.Bool(),
+                                    "LRA mixed random synthetic logits with dot-product ones")
+  trainable_random: bool = s.setting(True, s.Bool(),
+                                     "False: random matrices fixed (regenerated, never trained)")
+  factor_rank: int = s.setting(8, s.Int(1), "factorized_random: R = R1 R2^T with rank factor_rank")
 
-  SETTINGS = {"mode": s.Choice(MODES), "mix_dot_product": s.Bool(),
-              "trainable_random": s.Bool(), "factor_rank": s.Int(1)}
   # Quadratic by design: H x L x L synthetic logits.
 
   def check_settings(self) -> None:

@@ -70,15 +70,13 @@ class FullAttention(HeadsMixer):
       float16 compute, no attention dropout; padding other than trailing runs "chunked".
     "auto": "cudnn" where it applies, else "chunked".
   """
-  implementation: str = "dense"  # "dense", "chunked", "cudnn" or "auto" (see above)
+  implementation: str = s.setting("dense", s.Choice(IMPLEMENTATIONS),
+                                  '"dense", "chunked", "cudnn" or "auto" (see above)')
   # Chunk sizes of "chunked": any length works (it is split into equal chunks of at most this
   # size). The default was the fastest size measured on a CPU (docs/results.md); accelerators
   # may prefer larger chunks.
-  query_chunk: int = 256
-  key_chunk: int = 256
-
-  SETTINGS = {"implementation": s.Choice(IMPLEMENTATIONS), "query_chunk": s.Int(1),
-              "key_chunk": s.Int(1)}
+  query_chunk: int = s.setting(256, s.Int(1), 'queries per chunk of "chunked"')
+  key_chunk: int = s.setting(256, s.Int(1), 'keys per chunk of "chunked"')
 
   def check_settings(self) -> None:
     super().check_settings()

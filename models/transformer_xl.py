@@ -103,12 +103,13 @@ class RelativeBiases(nn.Module):
 @register("transformer_xl")
 class TransformerXLAttention(HeadsMixer):
   """Segment-level attention over [cached memory; segment] with relative positions."""
-  segment_len: int = 256  # S: tokens per segment (see the module docstring)
-  mem_len: int = -1  # M: cached positions before each segment; -1: same as segment_len
-  untie_biases: bool = False  # u, v per layer instead of shared by all layers (the paper)
+  segment_len: int = s.setting(256, s.Int(1), "S: tokens per segment (see the module docstring)")
+  mem_len: int = s.setting(-1, s.Int(-1),
+                           "M: cached positions before each segment; -1: same as segment_len")
+  untie_biases: bool = s.setting(False, s.Bool(),
+                                 "u, v per layer instead of shared by all layers (the paper)")
   shared: RelativeBiases | None = None  # the encoder's u, v, given unless untie_biases
 
-  SETTINGS = {"segment_len": s.Int(1), "mem_len": s.Int(-1), "untie_biases": s.Bool()}
   SUBQUADRATIC = True
   # Relative positions only; MEAN pooling, so no CLS token either (a CLS token at position 0
   # would see only itself and add its vector to the mean).

@@ -255,8 +255,8 @@ def test_settings_and_encoder_rules():
   assert shapes["relative_bias"] == (2 * 1024 - 1,)
   assert not mixer.SUBQUADRATIC
   assert registry.make("mega", dict(chunk_size=8), dropout_rate=0.0).SUBQUADRATIC
-  assert registry.gated_residual("mega") and not registry.gated_residual("transformer")
-  with pytest.raises(SettingError, match="config.model.reversible=True .*gated residual"):
+  assert not registry.get("mega").reversible() and registry.get("transformer").reversible()
+  with pytest.raises(SettingError, match="config.model.reversible=True .*Mega.residual"):
     models.build(helpers.tiny_model("mega", reversible=True), vocab_size=5, num_classes=2,
                  max_len=8, pair=False)
 
@@ -264,7 +264,7 @@ def test_settings_and_encoder_rules():
 def test_a_chunk_at_or_above_the_length_is_said_at_start_and_noted_in_the_table(listops_dir,
                                                                                 tmp_path,
                                                                                 capsys):
-  """Issue 36 item 2: Mega-chunk whose one chunk holds every position is Mega: one warning
+  """Mega-chunk whose one chunk holds every position is Mega: one warning
   line as the run starts, results.json's idle_settings, and the note under eval.py's table;
   a chunk below the length says nothing."""
   import importlib

@@ -92,10 +92,10 @@ def test_shape_walk_sees_dense_attention():
 
 def test_the_contract_names_the_property_a_mixer_breaks():
   """A mixer that lets padding leak, falsely claims SUBQUADRATIC and declares a setting
-  without a rule (issue 36 item 4) fails with all three named."""
+  without a rule fails with all three named."""
 
   class Leaky(HeadsMixer):
-    scale: float = 1.0  # a setting, and no SETTINGS rule for it
+    scale: float = 1.0  # a setting declared without rules.setting: no rule
     SUBQUADRATIC = True
     ATTENTION_DROPOUT = False
 
@@ -109,7 +109,7 @@ def test_the_contract_names_the_property_a_mixer_breaks():
   assert "Leaky breaks the mixer contract" in str(failed.value)
   assert "[padding] real outputs change with the padded content" in str(failed.value)
   assert "[subquadratic] claims SUBQUADRATIC" in str(failed.value)
-  assert "[settings] setting(s) scale have no rule in SETTINGS, so any value trains unchecked" \
+  assert "[settings] setting(s) scale have no rule, so any value trains unchecked" \
       in str(failed.value)
 
 

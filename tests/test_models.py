@@ -8,12 +8,13 @@ import subprocess
 import sys
 from unittest import mock
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra import models
+from lra import models, rules
 from lra.configs import base, image, listops
 from lra.models import common, encoder, registry, transformer
 from lra.models import settings as s
@@ -125,11 +126,17 @@ def test_static_settings_are_the_dataclass_defaults(name):
   imported class declares (a default that is not a literal fails in the registry)."""
   cls = registry.get(name)
   fields = [f for f in dataclasses.fields(cls)
-            if f.init and f.name not in registry.ENCODER_FIELDS + ("parent", "name")]
+            if f.init and f.name not in common.Mixer.ENCODER_FIELDS + ("parent", "name")]
   assert registry.user_settings(name) == [f.name for f in fields]
   assert registry.default_settings(name) == {f.name: f.default for f in fields}
-  # Every setting has its check, and the flag the contract test reads is there.
-  assert set(cls.SETTINGS) == set(registry.user_settings(name))
+  # Every setting is declared the one way (rules.setting: default, rule, one-line doc), and
+  # the flag the contract test reads is there.
+  declared = rules.declared(cls)
+  assert list(declared) == registry.user_settings(name)
+  for key, setting in declared.items():
+    assert setting.rule is not None and setting.rule.ok(setting.default), key
+    assert setting.doc.strip() and "\n" not in setting.doc, key
+  assert not [k for k in cls.__mro__ if "SETTINGS" in vars(k)], "a second declaration"
   assert registry.takes_attention_dropout(name) == cls.ATTENTION_DROPOUT
   assert isinstance(cls.SUBQUADRATIC, bool) or isinstance(cls.SUBQUADRATIC, property)
   # The encoder settings it needs are valid ones, and what SETTINGS_WHEN sets is its own.
@@ -137,7 +144,7 @@ def test_static_settings_are_the_dataclass_defaults(name):
   assert set(cls.ENCODER_SETTINGS) <= _ENCODER_FIELDS
   s.check_encoder(cls.ENCODER_SETTINGS)
   for condition, settings in cls.SETTINGS_WHEN:
-    assert set(condition) <= _ENCODER_FIELDS and set(settings) <= set(cls.SETTINGS), condition
+    assert set(condition) <= _ENCODER_FIELDS and set(settings) <= set(declared), condition
 
 
 @pytest.mark.parametrize("name", registry.names())
@@ -147,8 +154,8 @@ def test_every_bad_setting_fails_at_build_time(name):
   cls = registry.get(name)
   model = _build(name)  # the defaults build
   assert isinstance(model, models.Classifier)
-  for setting, rule in cls.SETTINGS.items():
-    for bad in rule.bad_values():
+  for setting, declared in rules.declared(cls).items():
+    for bad in declared.rule.bad_values():
       with pytest.raises(SettingError, match=f"config.model.attention.{setting}="):
         _build(name, {setting: bad})
   if issubclass(cls, common.HeadsMixer):  # qkv_dim is split over the heads
@@ -200,6 +207,88 @@ def test_run_time_mixer_constants_come_from_its_class():
     assert registry.settings_when("test_recurrent", dict(num_heads=1)) == {}
 
 
+# ------------------------------------------------------------------------- the mixer interface
+
+# Every constant of a mixer with the default Mixer declares, and every hook.
+_CONSTANTS = dict(SUBQUADRATIC=False, ATTENTION_DROPOUT=True, ENCODER_SETTINGS={},
+                  SETTINGS_WHEN=(), OPTIMIZER_GROUP=())
+_HOOKS = ("make_shared", "check_settings", "check_length", "idle_at", "residual", "reversible")
+
+
+def test_every_constant_and_hook_of_a_mixer_is_declared_and_documented_on_mixer():
+  for name, default in _CONSTANTS.items():
+    assert getattr(common.Mixer, name) == default, name
+  assert common.Mixer.make_shared({}, num_heads=1, qkv_dim=1, dtype="float32") is None
+  assert common.Mixer.reversible() and not registry.get("mega").reversible()
+  mixer = common.Mixer()
+  assert mixer.idle_at(8) == [] and mixer.check_length(8) is None
+  for name in [*_CONSTANTS, *_HOOKS, "ENCODER_FIELDS"]:
+    assert f"`{name}" in common.Mixer.__doc__, f"Mixer's docstring does not document {name}"
+  # Callers use them directly: no getattr or hasattr with a default for a mixer's own.
+  for path in ("models/encoder.py", "models/registry.py", "lra/training/optim.py"):
+    source = (_ROOT / path).read_text()
+    for name in [*_CONSTANTS, *_HOOKS, "SETTINGS"]:
+      assert not re.search(rf"(getattr|hasattr)\([^)]*['\"]{name}['\"]", source), (path, name)
+
+
+def test_a_registered_class_must_be_a_mixer():
+  class Plain(nn.Module):
+    pass
+
+  with pytest.raises(SettingError, match="Plain is no mixer: subclass lra.models.common.Mixer"):
+    registry.register("test_plain")(Plain)
+  assert "test_plain" not in registry.names()
+
+
+class _Scaled(common.Mixer):
+  """A mixer with its own residual form, x - dropout(scale * h), and one setting."""
+  scale: float = rules.setting(1.0, rules.Float(0.0, open="low"), "multiplies the branch")
+
+  @nn.compact
+  def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    return self.scale * nn.Dense(x_BxLxD.shape[-1], name="dense")(x_BxLxD)
+
+  def residual(self, x_BxLxD, y_BxLxD, mask_BxL, *, dropout, deterministic: bool):
+    return x_BxLxD - dropout(self(y_BxLxD, mask_BxL, deterministic=deterministic))
+
+
+def test_a_mixers_settings_are_its_fields_declared_with_rules_setting():
+  assert registry.user_settings(_Scaled) == ["scale"] and not registry.unruled_settings(_Scaled)
+  assert rules.declared(_Scaled)["scale"].doc == "multiplies the branch"
+  assert registry.make(_Scaled, {"scale": 2.0}).scale == 2.0
+  with pytest.raises(SettingError, match="config.model.attention.scale=0.0"):
+    registry.make(_Scaled, {"scale": 0.0})
+
+
+@pytest.mark.parametrize("prenorm", [True, False])
+def test_a_mixer_computes_its_own_residual_and_the_encoder_names_no_mixer(prenorm):
+  config = EncoderConfig(emb_dim=4, num_heads=1, qkv_dim=4, feedforward=False,
+                         dropout_rate=0.0, attention_dropout_rate=0.0, prenorm=prenorm)
+  x = jnp.asarray(np.random.default_rng(0).normal(size=(2, 5, 4)), jnp.float32)
+  mask = jnp.ones((2, 5), bool)
+  with mock.patch.dict(registry._MIXERS, {"test_scaled": _Scaled}):
+    block = encoder.Block(0, "test_scaled", {"scale": 3.0}, None, config)
+    params = block.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
+    out = block.apply(params, x, mask, deterministic=True)
+    with pytest.raises(SettingError, match=r"config.model.reversible=True .*_Scaled.residual"):
+      models.build(dict(name="test_scaled", emb_dim=4, num_heads=1, qkv_dim=4, mlp_dim=4,
+                        num_layers=1, reversible=True), vocab_size=5, num_classes=2, max_len=5,
+                   pair=False)
+  p = params["params"]
+  norm = lambda h, n: nn.LayerNorm().apply({"params": p[f"LayerNorm_{n}"]}, h)
+  dense = lambda h: nn.Dense(4).apply({"params": p["mixer"]["dense"]}, h)
+  want = x - 3.0 * dense(norm(x, 0)) if prenorm else norm(x - 3.0 * dense(x), 0)
+  np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+  # The encoder's code knows no mixer's quirk: it names no mixer class, no mixer's own method
+  # or constant, and no registry question about one mixer (its comments may cite papers).
+  tree = ast.parse((_ROOT / "models" / "encoder.py").read_text())
+  names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+  names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+  quirks = {registry.get(n).__name__ for n in registry.names()}
+  quirks |= {"candidate_and_gate", "GATED_RESIDUAL", "gated_residual"}
+  assert not names & quirks, names & quirks
+
+
 # ------------------------------------------------------------------------- encoder settings
 
 
@@ -209,8 +298,10 @@ def test_every_encoder_setting_is_declared_once_with_rule_doc_and_config_default
   fields = dataclasses.fields(EncoderConfig)
   config = base.base_config("transformer").model
   assert set(config) == {"name", "attention"} | _ENCODER_FIELDS
+  declared = rules.declared(EncoderConfig)  # the one way every layer declares a setting
+  assert set(declared) == _ENCODER_FIELDS
   for f in fields:
-    rule, doc = f.metadata["rule"], f.metadata["doc"]
+    rule, doc = declared[f.name].rule, declared[f.name].doc
     assert rule.ok(f.default) and doc.strip() and "\n" not in doc, f.name
     assert config[f.name] == f.default, f.name
     for bad in rule.bad_values():

@@ -29,8 +29,8 @@ from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
 
 @registry.register("relu_linear")
 class ReluLinearAttention(HeadsMixer):
-  eps: float = 1e-6  # keeps a row with no real key finite
-  SETTINGS = {"eps": rules.Float(0.0, open="low")}
+  eps: float = rules.setting(1e-6, rules.Float(0.0, open="low"),
+                             "keeps a row with no real key finite")
 
   SUBQUADRATIC = True
   ATTENTION_DROPOUT = False
@@ -190,12 +190,13 @@ def test_an_error_inside_the_module_keeps_its_traceback(folder):
 
 @pytest.mark.commands
 def test_settings_that_do_nothing_or_have_no_rule_are_a_warning_line(folder, listops_dir):
-  """Issue 36 item 4: the README's mixer without its SETTINGS rule trains eps=-1.0 unchecked,
+  """The README's mixer with eps a plain field (no rule) trains eps=-1.0 unchecked,
   and config.mask_rate does nothing in a classify run: one warning line each, the run trains."""
   unruled = folder / "unruled.py"
-  unruled.write_text(MY_ATTENTION.replace('  SETTINGS = {"eps": rules.Float(0.0, open="low")}\n',
-                                          ""))
-  assert "SETTINGS" not in unruled.read_text()
+  unruled.write_text(MY_ATTENTION.replace(
+      'eps: float = rules.setting(1e-6, rules.Float(0.0, open="low"),\n'
+      '                             "keeps a row with no real key finite")', "eps: float = 1e-6"))
+  assert "rules.setting" not in unruled.read_text()
   proc = _run(os.path.join(ROOT, "train.py"), f"--import={unruled}",
               "--config=configs/listops.py:relu_linear,cpu", "--workdir=run",
               *[f"--config.{item}" for item in TINY + [f"data.data_dir={listops_dir}"]],
@@ -204,9 +205,9 @@ def test_settings_that_do_nothing_or_have_no_rule_are_a_warning_line(folder, lis
   warnings = [l for l in proc.stdout.splitlines() if l.startswith("warning: ")]
   assert ("warning: config.mask_rate=0.5 does nothing here: only a run with "
           "config.objective='denoise' uses it (this one has 'classify')") in warnings, warnings
-  assert ("warning: model 'relu_linear' gives no rule in its SETTINGS for eps=-1.0: any value "
-          "trains unchecked (add a rule from lra.rules for each; lra.testing.check_mixer asks "
-          "for them)") in warnings, warnings
+  assert ("warning: model 'relu_linear' declares no rule for eps=-1.0: any value "
+          "trains unchecked (declare each with lra.rules.setting(default, rule, doc); "
+          "lra.testing.check_mixer asks for them)") in warnings, warnings
   ruled = _run(os.path.join(ROOT, "train.py"), "--import=my_attention",
                "--config=configs/listops.py:relu_linear,cpu", "--workdir=run2",
                "--config.model.attention.eps=-1.0", cwd=folder)

@@ -43,7 +43,7 @@ def learning_rate_schedule(config, peak: float | None = None) -> optax.Schedule:
 
 def ssm_group(config) -> tuple[str, ...]:
   """The leaf parameter names the model's mixer trains apart (its OPTIMIZER_GROUP), or ()."""
-  return tuple(getattr(registry.get(config.model.name), "OPTIMIZER_GROUP", ()))
+  return tuple(registry.get(config.model.name).OPTIMIZER_GROUP)
 
 
 def _names(config, key: str) -> tuple[str, ...]:
