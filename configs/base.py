@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from lra import config_sources as sources
 from lra.configs import table
 from lra.errors import UserError
 from lra.training import options
@@ -54,19 +55,23 @@ def base_config(model: str) -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   c.model.name = model           # the token mixer (models.registry), e.g. "transformer"
-  # The mixer's own settings, passed straight to it; starts from its defaults, so every one of
-  # them can be overridden (--config.model.attention.NAME=...) and no other key exists.
-  c.model.attention = MixerSettings(registry.default_settings(model), mixer=model)
+  # The mixer's own settings, passed straight to it; starts from its defaults (below), so
+  # every one of them can be overridden (--config.model.attention.NAME=...) and no other key
+  # exists.
+  c.model.attention = MixerSettings(mixer=model)
   # The encoder's settings, each documented once with its default and check in
   # models/settings.py (EncoderConfig). The sizes (num_layers, emb_dim, qkv_dim, mlp_dim,
   # num_heads) come per task from configs/table.py.
   c.model.update(settings.encoder_defaults())
-  if not registry.takes_attention_dropout(model):  # no attention weights (ATTENTION_DROPOUT)
-    c.model.attention_dropout_rate = 0.0
 
   # The trainer's settings after the model's, in the order of its table (defaults, value rules
   # and what each is for: lra/training/options.py).
   options.fill(c, [name for name in options.TABLE if name != "seed"])
+  sources.note(c, sources.BASE)
+  c.model.attention.update(registry.default_settings(model))
+  if not registry.takes_attention_dropout(model):  # no attention weights (ATTENTION_DROPOUT)
+    c.model.attention_dropout_rate = 0.0
+  sources.note(c, sources.MIXER)
   return c
 
 

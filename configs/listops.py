@@ -6,23 +6,20 @@ Usage: --config=configs/listops.py:MODEL[,cpu][,paper]
   cpu:     smaller generated data (10 < length < 100, depth <= 5) and a small model; a few
            minutes on a 2-core CPU.
 """
+from lra import config_sources as sources
 from lra.configs import base
-from lra.data import listops as listops_data
+from lra.data import settings as data_settings
 
 
 def get_config(arg=None):
   model, options = base.parse_arg(arg)
   c = base.base_config(model)
   c.task = "listops"
+  # basic_{train,val,test}.tsv in data_dir, generated there if missing; the generator's
+  # settings are the LRA release's (each declared in lra/data/settings.py).
+  data_settings.fill(c.data, c.task)
   d = c.data
-  d.data_dir = "data/listops"    # basic_{train,val,test}.tsv; generated here if missing
-  d.generate_if_missing = True   # ListOps is synthetic: make the data on first use
-  d.max_len = 2000               # tokens per example (padded / truncated)
-  # Generator settings (used only when generating), the LRA release values: num_train,
-  # num_val, num_test; trees with min_length < length < max_length; max_depth, max_args.
-  d.update(listops_data.RELEASE_SETTINGS)
-  d.seed = 0                     # generator seed (the trainer's seed is c.seed)
-  d.workers = 0                  # generator processes; 0 = all cores
+  sources.note(c, sources.task_config("configs/listops.py"))
 
   if "cpu" in options:
     d.data_dir = "data/listops_cpu"
@@ -36,4 +33,5 @@ def get_config(arg=None):
     base.shrink(c, steps=2000, batch=64,
                 shares=dict(eval_every=8, checkpoint_every=8, log_every=40))
     c.learning_rate = 0.05
+    sources.note(c, sources.preset("cpu", "configs/listops.py"))
   return base.finish(c, options)

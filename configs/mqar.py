@@ -31,8 +31,9 @@ task a recall test).
 """
 import math
 
+from lra import config_sources as sources
 from lra.configs import base
-from lra.data import mqar as mqar_data
+from lra.data import settings as data_settings
 
 EPOCHS = 64  # zoology configs.py line 151 (max_epochs)
 
@@ -41,21 +42,17 @@ def get_config(arg=None):
   model, options = base.parse_arg(arg)
   c = base.base_config(model)
   c.task = "mqar"
+  # {train,val,test}.{inputs,labels}.npy in data_dir, generated there if missing; the
+  # generator's settings (lra/data/mqar.py SETTINGS) declared in lra/data/settings.py.
+  data_settings.fill(c.data, c.task)
   d = c.data
-  d.data_dir = "data/mqar"       # {train,val,test}.{inputs,labels}.npy; generated if missing
-  d.generate_if_missing = True   # MQAR is synthetic: make the data on first use
-  # Generator settings (lra/data/mqar.py SETTINGS): vocab_size (keys 1..V/2-1, values
-  # V/2..V-1), max_len (tokens per example, never cut), num_kv_pairs (pairs, and queries, per
-  # example), power_a (the queries' gap law), random_non_queries (random fillers instead of
-  # 0), num_train, num_val, num_test.
-  d.update(mqar_data.SETTINGS)
-  d.seed = 0                     # generator seed (the trainer's seed is c.seed)
   c.model.dropout_rate = 0.0     # Zoology's resid_dropout; attention dropout stays 0.1 (its MHA's)
   c.batch_size = c.eval_batch_size = 256
   c.num_train_steps = math.ceil(EPOCHS * d.num_train / c.batch_size)
   c.schedule, c.warmup_steps, c.learning_rate, c.weight_decay = "cosine", 0, 1e-3, 0.1
   c.adam_b2, c.adam_eps = 0.999, 1e-8
   c.eval_every = c.checkpoint_every = 1000
+  sources.note(c, sources.task_config("configs/mqar.py"))
   if "cpu" in options:
     d.data_dir = "data/mqar_cpu"
     d.vocab_size, d.max_len, d.num_kv_pairs = 128, 64, 2
@@ -63,4 +60,5 @@ def get_config(arg=None):
     c.model.attention_dropout_rate = 0.0
     base.shrink(c, steps=3000, batch=64)  # warmup 300, validated every 750
     c.learning_rate = 2e-3
+    sources.note(c, sources.preset("cpu", "configs/mqar.py"))
   return base.finish(c, options)

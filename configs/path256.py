@@ -28,6 +28,7 @@ Usage: --config=configs/path256.py:MODEL[,cpu][,paper]
            the Transformer's exact attention over 65,536 tokens takes minutes per step on a
            CPU.
 """
+from lra import config_sources as sources
 from lra.configs import base
 from lra.configs.pathfinder import pathfinder_config
 
@@ -42,7 +43,9 @@ def get_config(arg=None):
   c.num_train_steps, c.warmup_steps = 100 * steps_per_epoch, steps_per_epoch
   c.grad_clip_norm = 0.0
   c.eval_every = c.checkpoint_every = steps_per_epoch  # the original's eval_frequency
+  sources.note(c, sources.task_config("configs/path256.py"))
   if "cpu" in options:
     c.data.data_dir, c.data.num_images = "data/pathfinder256_cpu", 10
     base.shrink(c, steps=2, batch=1)
+    sources.note(c, sources.preset("cpu", "configs/path256.py"))
   return base.finish(c, options)

@@ -13,27 +13,25 @@ Usage: --config=configs/pathfinder.py:MODEL[,cpu][,paper]
            minutes (full attention over 1,024 tokens runs about 1 step/s on 2 CPU cores at
            this size; learning Pathfinder takes a GPU).
 """
+from lra import config_sources as sources
 from lra.configs import base
+from lra.data import settings as data_settings
 
 
 def pathfinder_config(model: str, options: set, size: int) -> base.ml_collections.ConfigDict:
   c = base.base_config(model)
   c.task = {32: "pathfinder", 256: "path256"}.get(size, "pathx")  # lra.data.tasks.FACTS
-  d = c.data
-  d.data_dir = f"data/pathfinder{size}"  # release layout + prepared splits go here
-  d.size = size                    # image side in pixels (32, 64, 128 or 256)
-  d.level = "hard"                 # "easy", "intermediate" or "hard" (contour length 6/9/14)
-  d.num_images = 200000            # images to generate when the data is missing
-  d.seed = 0                       # generator seed
-  d.workers = 0                    # generator processes; 0 = all cores
-  d.generate_if_missing = True     # generate on first use (synthetic data)
-  d.black_is_padding = False       # True = the original's accidental mask
+  # The release layout and the prepared splits in data_dir, generated there on first use at
+  # the hard level (lra/data/settings.py declares each setting).
+  data_settings.fill(c.data, c.task)
   c.batch_size = c.eval_batch_size = 512
   c.schedule, c.learning_rate, c.warmup_steps, c.num_train_steps = "cosine", 1e-3, 312, 62400
   c.weight_decay = 0.0
   c.eval_every = c.checkpoint_every = 1000
+  sources.note(c, sources.task_config("configs/pathfinder.py"))
   if "paper" in options:
     c.learning_rate = 0.01
+    sources.note(c, sources.preset("paper", "configs/pathfinder.py"))
   return c
 
 
@@ -43,4 +41,5 @@ def get_config(arg=None):
   if "cpu" in options:
     c.data.data_dir, c.data.num_images = "data/pathfinder32_cpu", 2000
     base.shrink(c, steps=60, batch=8)
+    sources.note(c, sources.preset("cpu", "configs/pathfinder.py"))
   return base.finish(c, options)

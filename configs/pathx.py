@@ -7,6 +7,7 @@ Usage: --config=configs/pathx.py:MODEL[,cpu][,paper]
   cpu:     40 generated images, a tiny model, batch 1, 3 steps: a smoke run (full attention
            over 16K tokens is 1 GB of scores per head and example).
 """
+from lra import config_sources as sources
 from lra.configs import base
 from lra.configs.pathfinder import pathfinder_config
 
@@ -16,8 +17,10 @@ def get_config(arg=None):
   c = pathfinder_config(model, options, 128)
   c.batch_size = c.eval_batch_size = 64
   c.num_train_steps, c.warmup_steps, c.grad_clip_norm = 500000, 312, 1.0
+  sources.note(c, sources.task_config("configs/pathx.py"))
   if "cpu" in options:
     c.data.data_dir, c.data.num_images = "data/pathfinder128_cpu", 40
     base.shrink(c, steps=3, batch=1)
     c.eval_every = c.checkpoint_every = 3  # evaluating 16K-token images is the slow part
+    sources.note(c, sources.preset("cpu", "configs/pathx.py"))
   return base.finish(c, options)

@@ -9,17 +9,20 @@ Usage: --config=configs/retrieval.py:MODEL[,cpu][,paper]
   cpu:     512 tokens per document, a small model, 200 steps (needs the prepared release).
 Data: python -m lra.data retrieval --data_dir=data/retrieval --release_dir=PATH/tsv_data
 """
+from lra import config_sources as sources
 from lra.configs import base
+from lra.data import settings as data_settings
 
 
 def get_config(arg=None):
   model, options = base.parse_arg(arg)
   c = base.base_config(model)
   c.task = "retrieval"
-  c.data.data_dir = "data/retrieval"  # prepared by `python -m lra.data retrieval`
-  c.data.max_len = 4000               # byte tokens per document
+  data_settings.fill(c.data, c.task)  # prepared by `python -m lra.data retrieval`; 4,000 bytes
   c.num_train_steps, c.warmup_steps = 5000, 8000
+  sources.note(c, sources.task_config("configs/retrieval.py"))
   if "cpu" in options:
     c.data.max_len = 512
     base.shrink(c, steps=200, batch=16)
+    sources.note(c, sources.preset("cpu", "configs/retrieval.py"))
   return base.finish(c, options)

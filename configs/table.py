@@ -11,6 +11,7 @@ configs/published/ (applied here, after this table).
 """
 from __future__ import annotations
 
+from lra import config_sources as sources
 from lra.configs import published
 from lra.models import registry
 
@@ -138,24 +139,42 @@ SPT_MASK_RATE = {"listops": 0.10, "text": 0.15, "retrieval": 0.15, "image": 0.50
 CPU_EVAL_EXAMPLES = {"image": 40, "pathfinder": 40, "text": 256, "retrieval": 256}
 
 
+def _model(table: dict, under: str = "model.") -> list[str]:
+  """The dotted keys a table of encoder (or, `under` model.attention., mixer) settings sets."""
+  return [under + key for key in table]
+
+
 def apply(c, options: set[str]):
   """Sets config `c` (task c.task, model c.model.name) from the tables above, then from the
-  model's published table (configs/published), if it has one."""
+  model's published table (configs/published), if it has one. Each step notes what it set
+  (lra.config_sources, for `train.py --explain_config`)."""
   task, model = c.task, c.model.name
-  sizes = SIZES[task]
-  c.model.update(SIZES.get((task, model), sizes)["base"])
+  sizes, attention = SIZES[task], "model.attention."
+  base_sizes = SIZES.get((task, model), sizes)["base"]
+  c.model.update(base_sizes)
+  sources.note(c, sources.TASK_MODEL_TABLE if (task, model) in SIZES else sources.TASK_TABLE,
+               _model(base_sizes))
   if "paper" in options:
     c.model.update(sizes["paper"])
+    sources.note(c, sources.preset("paper", "configs/table.py"), _model(sizes["paper"]))
   if "cpu" in options:
     c.model.update(sizes["cpu"])
     c.eval_max_examples = CPU_EVAL_EXAMPLES.get(task, c.eval_max_examples)
+    sources.note(c, sources.preset("cpu", "configs/table.py"), _model(sizes["cpu"]))
   c.model.update(TASK.get(task, {}))
-  if "cpu" not in options:
-    c.model.update(TASK_MODEL.get((task, model), {}))
   c.mask_rate = SPT_MASK_RATE.get(task, c.mask_rate)  # beyond Amos et al.'s tasks: the default
-  c.model.update(registry.encoder_settings(model))
+  sources.note(c, sources.TASK_TABLE, _model(TASK.get(task, {})))
+  task_model = TASK_MODEL.get((task, model), {}) if "cpu" not in options else {}
+  c.model.update(task_model)
   c.model.attention.update(ATTENTION.get((task, model), {}))
+  sources.note(c, sources.TASK_MODEL_TABLE,
+               _model(task_model) + _model(ATTENTION.get((task, model), {}), attention))
+  c.model.update(registry.encoder_settings(model))
+  sources.note(c, sources.MIXER, _model(registry.encoder_settings(model)))
   published.apply(c, options)
+  sources.note(c, sources.published(model))
   # Mixer settings that follow from the encoder's (e.g. one-head Sparse Transformers merge).
-  c.model.attention.update(registry.settings_when(model, c.model))
+  when = registry.settings_when(model, c.model)
+  c.model.attention.update(when)
+  sources.note(c, sources.MIXER, _model(when, attention))
   return c

@@ -8,22 +8,22 @@ Usage: --config=configs/text.py:MODEL[,cpu][,paper]
   cpu:     512 tokens, a small model, 200 steps (still needs the real data, prepared once).
 Data: python -m lra.data text --data_dir=data/text --imdb_tar=PATH/aclImdb_v1.tar.gz
 """
+from lra import config_sources as sources
 from lra.configs import base
+from lra.data import settings as data_settings
 
 
 def get_config(arg=None):
   model, options = base.parse_arg(arg)
   c = base.base_config(model)
   c.task = "text"
-  c.data.data_dir = "data/text"    # prepared by `python -m lra.data text`
-  c.data.max_len = 4000            # byte tokens per review (prepared at 4,000; cut here)
-  # IMDb has no validation split. "heldout": a fixed random 10% of train (our fix);
-  # "test": validate on the test split, as the original did (it chose checkpoints on test).
-  c.data.validation = "heldout"
-  c.data.val_fraction = 0.1        # share of train held out for validation
-  c.data.split_seed = 0            # which 10%
+  # Prepared by `python -m lra.data text`; IMDb has no validation split: a fixed random 10% of
+  # train is held out (data.validation="test" validates on test, as the original did).
+  data_settings.fill(c.data, c.task)  # each declared in lra/data/settings.py
   c.num_train_steps, c.warmup_steps = 20000, 8000
+  sources.note(c, sources.task_config("configs/text.py"))
   if "cpu" in options:
     c.data.max_len = 512
     base.shrink(c, steps=200, batch=16)
+    sources.note(c, sources.preset("cpu", "configs/text.py"))
   return base.finish(c, options)

@@ -1,5 +1,5 @@
 """The value rules every setting is checked by (Int, Float, Choice, Bool, Ints), and the error a
-bad one raises. Mixers (their SETTINGS), the encoder (models/settings.py EncoderConfig), the
+bad one raises. Mixers (their fields), the encoder (models/settings.py EncoderConfig), the
 trainer (lra/training/options.py) and the data settings declare their rules with these; the
 reports read numbers with is_int / is_real. A leaf like lra/errors.py: it imports nothing else
 of the project. Each rule also lists values it rejects (`bad_values`), so one test can try them
@@ -7,6 +7,7 @@ all. Plain Python, no numpy or JAX.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import numbers
@@ -162,3 +163,36 @@ def check(key: str, value, rule) -> None:
   """Raises SettingError naming `key` unless `value` passes `rule`."""
   if not rule.ok(value):
     fail(key, value, rule.allowed())
+
+
+# --- the one way a setting is declared (trainer, encoder, mixer, data) ---
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+  """One setting of any layer. `default` may be a function (called each time a config is
+  made). `rule`: its value rule above (None: no range to check). `resume`: may change on a
+  resume (it only extends or observes the run), except under the schedules in `fixed_under`.
+  `ignored`: the paper comparison ignores it (it does not change what the run measures).
+  `only_with`: (setting, value) without which it does nothing (a given value is warned of)."""
+  default: Any
+  rule: Any
+  doc: str
+  resume: bool = False
+  ignored: bool = False
+  fixed_under: tuple[str, ...] = ()
+  only_with: tuple[str, Any] = ()
+
+  def field(self) -> Any:
+    """This setting as a dataclass field (a Flax module's or a config dataclass's)."""
+    return dataclasses.field(default=self.default, metadata={"setting": self})
+
+
+def setting(default, rule, doc: str, **options) -> Any:
+  """A dataclass field declared as a Setting: `x: int = setting(4, Int(1), "what it is")`."""
+  return Setting(default, rule, doc, **options).field()
+
+
+def declared(cls) -> dict[str, Setting]:
+  """{name: Setting} of a dataclass's (or a Flax module's) fields declared with `setting`."""
+  return {f.name: f.metadata["setting"] for f in dataclasses.fields(cls)
+          if "setting" in f.metadata}

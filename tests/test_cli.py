@@ -164,14 +164,11 @@ def test_data_command_generates_listops(tmp_path):
 BROKEN_MIXER = """\
 import flax.linen as nn
 from lra.models import registry
+from lra.models.common import HeadsMixer
 
 
 @registry.register("test_broken")
-class Broken(nn.Module):
-  num_heads: int
-  qkv_dim: int
-  dropout_rate: float = 0.0
-  dtype: str = "float32"
+class Broken(HeadsMixer):
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):

@@ -1,9 +1,13 @@
-"""The trainer's settings table (lra/training/options.py) is what configs/base.py holds, what
-the config checks refuse, what a resume may change and what the paper comparison ignores."""
+"""The trainer's settings table (lra/training/options.py) and the data settings of each task
+(lra/data/settings.py), declared as every setting is (lra.rules.Setting), are what the configs
+hold, what the config checks refuse, what a resume may change and what the paper comparison
+ignores."""
 import ml_collections
 import pytest
 
-from lra.configs import base, listops
+from lra.configs import base, listops, task_config
+from lra.data import settings as data_settings
+from lra.data.tasks import FACTS
 from lra.errors import UserError
 from lra.reporting import comparable
 from lra.training import config_checks, optim, options, workdir
@@ -82,3 +86,38 @@ def test_what_a_resume_may_change_is_what_it_was(schedule):
 def test_what_the_paper_comparison_ignores_is_what_it_was():
   assert comparable._IGNORED == IGNORED
   assert options.IGNORED_BY_COMPARISON == IGNORED & set(options.TABLE)
+
+
+def test_the_trainer_and_data_settings_are_declared_the_one_way():
+  """Trainer settings and every task's data settings are lra.rules.Setting (the encoder's and
+  the mixers' too: models/), not a table type of their own."""
+  assert not hasattr(options, "Option")
+  assert all(isinstance(o, rules.Setting) for o in options.TABLE.values())
+  for task, declared in data_settings.DECLARED.items():
+    for name, setting in declared.items():
+      assert isinstance(setting, rules.Setting), (task, name)
+      assert setting.doc and "\n" not in setting.doc, (task, name)
+
+
+@pytest.mark.parametrize("task", list(FACTS))
+def test_each_task_config_holds_its_declared_data_settings_in_order(task):
+  """config.data is the declaration: its keys in their order, the declared defaults (a
+  `cpu` preset changes values, never keys)."""
+  declared = data_settings.DECLARED[task]
+  config = task_config(task).get_config("transformer")
+  assert list(config.data._fields) == list(declared), task
+  assert {k: config.data[k] for k in declared} == {k: s.default for k, s in declared.items()}
+  assert list(task_config(task).get_config("transformer,cpu").data._fields) == list(declared)
+
+
+@pytest.mark.parametrize("task, key, bad, allowed", [
+    ("pathfinder", "level", "medium", "one of 'easy', 'intermediate', 'hard'"),
+    ("text", "val_fraction", 1.0, "a number > 0.0 and < 1.0"),
+    ("listops", "max_len", 0, "an integer >= 1"),
+])
+def test_a_data_setting_is_refused_by_its_declared_rule(task, key, bad, allowed):
+  config = task_config(task).get_config("transformer,cpu")
+  config.data[key] = bad
+  with pytest.raises(UserError) as e:
+    config_checks.check_settings(config)
+  assert str(e.value) == f"config.data.{key}={bad!r} is not valid: {allowed}"

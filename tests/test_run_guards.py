@@ -1,4 +1,4 @@
-"""Refusals that come before a run or a grid spends anything (issue 44, items 6 and 7): a train
+"""Refusals that come before a run or a grid spends anything: a train
 step the memory cannot hold, conflicting overrides, a workdir of another task, a Python without
 the packages, and a grid cell whose settings its model refuses."""
 import collections
@@ -123,7 +123,7 @@ def test_a_grid_cells_scoped_value_overrides_the_plain_one(tmp_path, capsys):
 
 
 def test_a_grid_checks_every_cell_before_the_first_run(tmp_path, monkeypatch, capsys):
-  """Issue 44 item 7: --config.model.positions=rotary reaches FNet, which has no queries and
+  """--config.model.positions=rotary reaches FNet, which has no queries and
   keys to rotate: refused before the Transformer's run starts, naming the cell."""
   started = []
   monkeypatch.setattr(leaderboard, "execute", lambda run, stop: started.append(run) or (1, ""))

@@ -2,8 +2,10 @@
 
   python train.py --config=configs/listops.py:transformer,cpu --workdir=runs/listops_cpu
 
-Overrides: --config.model.num_layers=2 (a key the config lacks is an error). Running the same
-command again resumes from the last checkpoint in --workdir. --import=MODULE (repeatable, or
+Overrides: --config.model.num_layers=2 (a key the config lacks is an error; lra.cli reads them
+as every command does). --explain_config prints the final config, each value with the layer
+that set it, and exits. Running the same command again resumes from the last checkpoint in
+--workdir. --import=MODULE (repeatable, or
 the environment variable LRA_IMPORT) imports a module of your own before the config is loaded,
 so a mixer it registers can be named: --import=my_attention --config=configs/listops.py:NAME.
 """
@@ -14,11 +16,17 @@ import shlex
 import sys
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
-from lra import errors
+from lra import cli, config_sources, errors
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "configs/TASK.py:MODEL[,cpu][,paper]")
+# The config file; its single settings are --config.KEY=VALUE (or --config.KEY VALUE), which
+# lra.cli takes out of the command line before absl reads the rest.
+flags.DEFINE_string("config", None, "configs/TASK.py:MODEL[,cpu][,paper]; change one setting "
+                    "with --config.KEY=VALUE (KEY its path, e.g. --config.model.num_layers=2)")
+_EXPLAIN = flags.DEFINE_bool(
+    "explain_config", False, "Print the final config of this run, each value with the layer "
+    "that set it (base, a preset, the task's config or table, the published recipe, the "
+    "mixer's own settings, the command line), and exit: no data, no --workdir needed.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "host:port of process 0, for multi-host runs "
@@ -42,24 +50,6 @@ _MULTIHOST = flags.DEFINE_bool("multihost", False,
 def _fail(message: str) -> None:
   """A bad command line: exit 2, as absl's own usage errors."""
   errors.fail(message, 2)
-
-
-def _unknown_override(error: AttributeError, argv) -> str | None:
-  """The one-line message for an override of a KEY the config lacks (ml_collections' answer,
-  with its "Did you mean" suggestion), or None if no --config.PATH.KEY=... was given: then the
-  AttributeError is a bug. A mixer setting the model does not take never gets here: the config
-  raises the mixer's own error (configs/base.py MixerSettings)."""
-  # ml_collections' text is the repr of a KeyError: 'KEY' then, maybe, Did you mean "OTHER"
-  found = re.search(r"'(\w+)\\?'", str(error))
-  key = found.group(1) if found else str(error)
-  suggestion = re.search(r'Did you mean "(\w+)"', str(error))
-  flags_given = [a.split("=")[0] for a in argv
-                 if a.startswith("--config.") and a.split("=")[0].split(".")[-1] == key]
-  if not flags_given:
-    return None
-  hint = f" (did you mean {suggestion.group(1)!r}?)" if suggestion else ""
-  return (f"bad --config override {flags_given[-1]}: the config has no key {key!r}{hint}; a "
-          f"key must already exist in the config (see the config file for the valid keys)")
 
 
 def _config_values(argv) -> list[tuple[int, str]]:
@@ -88,43 +78,38 @@ def _config_anywhere(argv: list[str]) -> list[str]:
   return out
 
 
+# What _parse_flags made of the command line: the config (overrides applied) and the keys the
+# command line set.
+_RUN: dict = {}
+
+
 def _parse_flags(argv):
-  """absl's parser; a bad command line or config is one line, a bug keeps its traceback."""
+  """The overrides (lra.cli), then absl's flags, then the config; a bad command line or config
+  is one line, a bug keeps its traceback."""
   from lra import plugins
   from lra.errors import UserError
   try:  # before the config is loaded: it checks the model's name against the registry
     plugins.import_modules(plugins.flag_values(argv[1:]))
+    rest, items = cli.take_overrides(argv[1:], old_spelling=False, last_wins=True)
   except UserError as e:
     _fail(str(e))
-  argv = _config_anywhere(argv)
-  if len(_config_values(argv)) > 1:  # absl would fail with its internals
+  argv = _config_anywhere(argv[:1] + rest)
+  if len(_config_values(argv)) > 1:
     _fail(f"--config is given {len(_config_values(argv))} times; give it once (change single "
           f"settings with --config.KEY=VALUE)")
   try:
     rest = flags.FLAGS(argv)
-  except UserError as e:  # raised where the config meets the mistake (configs/)
+  except flags.Error as e:  # absl's own refusals are one line
     _fail(str(e))
-  except flags.Error as e:
-    # absl's own refusals are one line. A config's get_config raises our user errors, which
-    # arrive above as they are; an error absl wraps with a traceback is a bug in a config.
-    if "Traceback" in str(e):
-      raise
-    _fail(str(e))
-  except AttributeError as e:
-    message = _unknown_override(e, argv)
-    if message is None:
-      raise
-    _fail(message)
-  try:
-    config = _CONFIG.value
-    loaded = config is not None and hasattr(config, "task")
-  except OSError as e:  # ml_collections reports a missing config file when it is first read
-    last = [l for l in str(e).splitlines() if l.strip()] or [repr(e)]
-    _fail(f"cannot load --config: {last[-1].strip()}")
-  if not loaded:
+  if not flags.FLAGS.config:
     _fail("cannot load --config: --config is required, e.g. "
           "--config=configs/listops.py:transformer")
-  if not _WORKDIR.value:
+  try:
+    _RUN["config"] = cli.load_config(flags.FLAGS.config, items)
+  except UserError as e:  # raised where the config meets the mistake (configs/, lra.cli)
+    _fail(str(e))
+  _RUN["overrides"] = [key for _, key, _ in items]
+  if not _WORKDIR.value and not _EXPLAIN.value:
     _fail("--workdir is required (checkpoints, metrics and results.json go there)")
   return rest
 
@@ -168,26 +153,29 @@ def _quiet_logs(config) -> None:
 def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
+  config = _RUN["config"]
+  if _EXPLAIN.value:  # before JAX starts: no device, no data, no workdir
+    print("\n".join(config_sources.explain(config)))
+    return
   _quiet_backend_probe()
   import jax  # after flag parsing, so a bad command line fails fast
   from lra.training import config_checks, faults, preemption, profiling, trainer
   # Before anything compiles; a restart then loads the compiled programs from disk.
-  profiling.enable_compilation_cache(_CONFIG.value.compilation_cache_dir)
+  profiling.enable_compilation_cache(config.compilation_cache_dir)
   if _COORDINATOR.value:
     if jax.config.jax_platforms in (None, "", "cpu"):
       jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   elif _MULTIHOST.value:
     jax.distributed.initialize()
-  _quiet_logs(_CONFIG.value)
+  _quiet_logs(config)
   preemption.install_stop_handlers()  # after initialize: it picks the multi-host protocol
-  for line in config_checks.idle_overrides(
-      _CONFIG.value, config_flags.get_override_values(flags.FLAGS["config"])):
+  for line in config_checks.idle_overrides(config, _RUN["overrides"]):
     if jax.process_index() == 0:
       print(f"warning: {line}", flush=True)
   try:
     with faults.QuietFaults(logging.get_absl_handler()):
-      results = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
+      results = trainer.train_and_evaluate(config, _WORKDIR.value,
                                            allow_config_change=_ALLOW_CONFIG_CHANGE.value)
   except preemption.Preempted as e:  # 128 + signal, as a shell reports a killed job: 143, 130
     errors.fail(f"{e}; to resume, run the same command again: python {shlex.join(sys.argv)}",
@@ -195,7 +183,7 @@ def main(argv):
   except errors.UserError as e:  # a bad config or bad data; anything else is a bug: traceback
     errors.fail(str(e))
   except (OSError, ValueError, MemoryError, jax.errors.JaxRuntimeError) as e:
-    message = errors.environment_fault(e) or faults.out_of_memory(e, _CONFIG.value)
+    message = errors.environment_fault(e) or faults.out_of_memory(e, config)
     if message is None:
       raise  # a bug: its traceback
     # At once: Orbax's threads, which met the same fault, would print their tracebacks while

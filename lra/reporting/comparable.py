@@ -13,6 +13,7 @@ import json
 from typing import Any, Callable
 
 from lra import config_record
+from lra.data import settings as data_settings
 from lra.data.tasks import FACTS
 from lra.training import options
 
@@ -20,14 +21,11 @@ from lra.training import options
 # base and `,paper` options for the model; () where this repository has no config of it.
 References = Callable[[str, str], tuple[tuple[str, dict[str, Any]], ...]]
 
-# Config fields that do not change what a run measures: the trainer's are flagged in
-# lra/training/options.py (seeds, the cadence of logs, evaluations and saves, a time limit,
-# which shows as `stopped_early`); the others are not trainer settings (the task configs set the
-# data, the encoder its dtype), so they are named here, beside their one use: the data's seeds
-# (another draw of the same setup), where data lives and how it is made, the compute dtype.
-_IGNORED = options.IGNORED_BY_COMPARISON | {
-    "data.seed", "data.split_seed", "data.data_dir", "data.workers", "data.generate_if_missing",
-    "model.dtype"}
+# Config fields that do not change what a run measures, as their declarations flag them: the
+# trainer's (lra/training/options.py: seeds, the cadence of logs, evaluations and saves, a time
+# limit, which shows as `stopped_early`) and the data's (lra/data/settings.py: the data's seeds,
+# where data lives and how it is made); and the encoder's compute dtype.
+_IGNORED = options.IGNORED_BY_COMPARISON | data_settings.IGNORED | {"model.dtype"}
 
 
 # Data settings that leave the examples as they are (where they live, how they are made, where

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import jax
 
+from lra.data import settings as data_settings
 from lra.errors import UserError
 from lra.training import options, profiling, writers
 from lra.models import registry
 from lra import rules as s
-
-# The trainer's rules are in lra/training/options.py; these data settings are set by each task
-# config, so their rules stay here beside their one use.
-DATA_RULES = {"max_len": s.Int(1), "size": s.Int(1)}  # tokens per example, image side
 
 
 def check_config(config, devices: int) -> None:
@@ -33,14 +30,15 @@ def check_config(config, devices: int) -> None:
 
 def check_settings(config) -> None:
   """check_config's rules that need no device (nor JAX's backend): every setting's own rule,
+  (the trainer's, lra/training/options.py; the task's data settings, lra/data/settings.py),
   the mixer's setting names, the profile range, the writers. The grid checks every run's
   config with them before its first run starts (lra.commands.grid_plan.check_runs)."""
   for key, option in options.TABLE.items():
     if option.rule is not None and key in config:
       s.check(f"config.{key}", config[key], option.rule)
-  for key, rule in DATA_RULES.items():
-    if key in config.data:
-      s.check(f"config.data.{key}", config.data[key], rule)
+  for key, setting in data_settings.DECLARED.get(config.task, {}).items():
+    if setting.rule is not None and key in config.data:
+      s.check(f"config.data.{key}", config.data[key], setting.rule)
   registry.check_settings(config.model.name, config.model.attention.keys())
   profiling.profile_range(config)  # "START,STOP" or ""
   writers.check(config)  # known names; wandb installed where named
@@ -82,7 +80,7 @@ def short_run_warning(config) -> str | None:
 
 def idle_overrides(config, overrides) -> list[str]:
   """One line for each trainer setting given on the command line (`overrides`: its keys) that
-  does nothing in this run (options.Option.only_with), e.g. config.mask_rate in a classify
+  does nothing in this run (lra.rules.Setting.only_with), e.g. config.mask_rate in a classify
   run. Warnings, not errors: a grid passes one --config to all its stages."""
   lines = []
   for key in overrides:
@@ -102,6 +100,6 @@ def unruled_warning(config) -> str | None:
   if not unruled:
     return None
   given = ", ".join(f"{k}={config.model.attention.get(k)!r}" for k in unruled)
-  return (f"model {config.model.name!r} gives no rule in its SETTINGS for {given}: any value "
-          f"trains unchecked (add a rule from lra.rules for each; lra.testing.check_mixer "
-          f"asks for them)")
+  return (f"model {config.model.name!r} declares no rule for {given}: any value trains "
+          f"unchecked (declare each with lra.rules.setting(default, rule, doc); "
+          f"lra.testing.check_mixer asks for them)")

@@ -10,12 +10,9 @@ import jax
 
 from lra import config_record, paths
 from lra.errors import UserError
+from lra.data import settings as data_settings
 from lra.training import options
 
-# Data settings that only say how the data is read or made: they may change on a resume. Not
-# trainer settings (each task config sets its own data), so they are named here, beside their
-# one use; the trainer's are flagged in lra/training/options.py.
-DATA_OBSERVING = frozenset({"data.workers", "data.generate_if_missing"})
 ALLOW_FLAG = "--allow_config_change"
 # What a run is: a workdir holds the checkpoints of one model on one task, and no flag lets
 # another resume them (a Linear Transformer's parameters would restore into a Transformer).
@@ -58,7 +55,9 @@ def differences(old: dict, new: dict) -> dict[str, list]:
 def changes_result(key: str, schedule: str) -> bool:
   """Whether a change of setting `key` (dotted) on a resume changes what the run computes;
   settings that only extend or observe a run may change (and are recorded)."""
-  return key not in DATA_OBSERVING and not options.may_change_on_resume(key, schedule)
+  # The data settings that only say how the data is read or made are flagged `resume` in
+  # their declarations (lra/data/settings.py), the trainer's in lra/training/options.py.
+  return key not in data_settings.OBSERVING and not options.may_change_on_resume(key, schedule)
 
 
 def read_json(path):
