@@ -1,5 +1,5 @@
 """The data record (lra.data.record): a user's data files are never overwritten, and data made
-with other settings is never used silently (issue 14, classes 1 and 2)."""
+with other settings is never used silently."""
 import io
 import json
 import os
@@ -50,7 +50,7 @@ def _command_fails(argv, capsys):
   return lines[0]
 
 
-# ------------------------------------------------------- class 1: the user's files are kept
+# -------------------------------------------------------------- the user's files are kept
 
 
 def test_listops_split_missing_beside_hand_given_files_is_refused(listops_dir, tmp_path,
@@ -127,7 +127,7 @@ def test_pathfinder_regenerated_with_fewer_images_leaves_no_old_metadata(tmp_pat
   assert len(pathfinder.read_metadata(level_dir)) == 10  # not the 30 of the first run
 
 
-# ------------------------------------------- class 2: data of other settings is never used
+# -------------------------------------------------- data of other settings is never used
 
 
 @pytest.mark.parametrize("field, value", [("num_train", 30), ("max_depth", 4),

@@ -1,5 +1,5 @@
 """Faults of the machine and settings that cannot be right: one line naming the thing at fault
-and what to do, a non-zero exit, and nothing already saved damaged (issue 14, classes 6, 8)."""
+and what to do, a non-zero exit, and nothing already saved damaged."""
 import errno
 import os
 import pathlib

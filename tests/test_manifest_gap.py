@@ -1,4 +1,4 @@
-"""Issue 44 item 8: a kill between Orbax's commit of a step and lra_manifest.json leaves a step
+"""A kill between Orbax's commit of a step and lra_manifest.json leaves a step
 folder that Orbax committed and that has no manifest. Its meta (the config, the run an encoder
 came from) is read from Orbax's own `meta` item, so the run resumes as if uninterrupted."""
 import json
@@ -34,7 +34,7 @@ def _kill_before_manifest(patch, step_folder, snapshot):
 @pytest.mark.slow  # three training runs, over 40 s on 2 cores: `pytest -m slow`
 def test_a_fine_tune_killed_before_its_manifest_resumes_to_the_uninterrupted_result(
     listops_dir, tmp_path):
-  """The issue's grid: a fine-tune of a denoise run's encoder (its token table has the mask
+  """A grid's fine-tune of a denoise run's encoder (its token table has the mask
   token's row) killed right after Orbax committed its checkpoint 2. Was: "the checkpoints do
   not fit this config: ... holds step 2 of a different model or optimiser"."""
   source = str(tmp_path / "pre")

@@ -245,7 +245,7 @@ def test_fine_tune_records_its_source_and_a_resume_keeps_its_own_encoder(pretrai
 
 
 def test_a_resumed_fine_tune_whose_source_trained_on_is_refused(listops_dir, tmp_path):
-  """Issue 34 item 3: the source run goes on after the fine-tune started from it (its best
+  """The source run goes on after the fine-tune started from it (its best
   checkpoint is now another): the fine-tune would go on from the old encoder, so it is refused
   in one line with nothing lost, or goes on with --allow_config_change, recorded."""
   source, ft = str(tmp_path / "pre"), str(tmp_path / "ft")
@@ -331,7 +331,7 @@ def _check_mask_row(source, config, workdir, done: str | None, train: bool = Fal
 
 
 def test_init_from_chains_through_the_mask_token_row(pretrained, listops_dir, tmp_path):
-  """Issue 34 item 6: a denoise run's token table has the mask token's row, a classifier's
+  """A denoise run's token table has the mask token's row, a classifier's
   (from scratch, or from a fine-tune) may not: every chain loads, the rows of the vocabulary
   exactly."""
   short = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}
@@ -351,7 +351,7 @@ def test_init_from_chains_through_the_mask_token_row(pretrained, listops_dir, tm
 
 @pytest.mark.slow  # two training runs, 19 s on 2 cores: `pytest -m slow`
 def test_init_from_chains_through_the_linear_encoders_mask_vector(listops_dir, tmp_path):
-  """Issue 34 item 6 for the pixel tasks' "linear" input encoder: its mask token is a learned
+  """The same for the pixel tasks' "linear" input encoder: its mask token is a learned
   vector, mask_embed, which a denoise run has and a classifier has not."""
   linear = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2,
             "model.input_encoder": "linear"}
@@ -377,7 +377,7 @@ def test_init_from_chains_through_the_linear_encoders_mask_vector(listops_dir, t
 
 
 def test_init_from_a_run_whose_checkpoints_are_damaged_names_the_file(listops_dir, tmp_path):
-  """Issue 34 item 5: the run did save a checkpoint; the line says it is damaged, and which
+  """The run did save a checkpoint; the line says it is damaged, and which
   file, and leaves it as it is."""
   source = tmp_path / "pre"
   trainer.train_and_evaluate(tiny_config(listops_dir, num_train_steps=2, eval_every=2,
@@ -463,7 +463,7 @@ def test_denoise_runs_are_not_results_and_spt_runs_have_their_own_row(tmp_path):
 
 
 def test_an_outside_mixers_spt_row_is_titled_as_the_readme_says(tmp_path):
-  """Issue 34 item 7: `relu_linear (SPT)`, not the row's key `relu_linear_spt`."""
+  """An outside mixer's SPT row is `relu_linear (SPT)`, not the row's key `relu_linear_spt`."""
   _result(tmp_path, "mine", model="relu_linear", test_accuracy=0.4)
   _result(tmp_path, "mine_spt", model="relu_linear", init={"objective": "denoise"})
   found = results.collect_results([str(tmp_path)], [], references=lambda t, m: ())
@@ -476,7 +476,7 @@ def test_an_outside_mixers_spt_row_is_titled_as_the_readme_says(tmp_path):
 
 
 def test_a_run_from_a_classifiers_encoder_is_a_row_of_its_own(listops_dir, tmp_path):
-  """Issue 35: a run started from a finished classification run (init.objective classify) is
+  """A run started from a finished classification run (init.objective classify) is
   `eval.py accuracy`'s "Transformer (from classify run)" row, marked not comparable with the
   paper's from-scratch rows, and never pooled with the seeds from scratch."""
   short = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}

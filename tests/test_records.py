@@ -1,6 +1,8 @@
 """Records for papers: results.json names the code (lra version, git commit, library versions),
 the GPU model and the parameter count; TensorBoard gets the config as text and hparams; the
-optional W&B writer logs the metrics (tested offline); config.writers is checked in one line."""
+optional W&B writer logs the metrics (tested offline); config.writers is checked in one line;
+metrics.jsonl rows carry a kind and a time, and a resumed or rerun run leaves no duplicate
+rows."""
 import glob
 import importlib.util
 import json
@@ -86,8 +88,8 @@ def _scalars(folder) -> list[tuple[str, int, float]]:
 
 
 def test_a_rerun_or_resume_shows_each_tensorboard_scalar_once(listops_dir, tmp_path):
-  """Issue 36 item 1: a finished run run again tests again; TensorBoard shows its test events
-  once, and every scalar as metrics.jsonl has it, after a resume with more steps too."""
+  """A finished run run again tests again; TensorBoard shows its test events once, and every
+  scalar as metrics.jsonl has it, after a resume with more steps too."""
   config = tiny_config(listops_dir, num_train_steps=4)
   workdir = tmp_path / "run"
   for steps in (4, 4, 6):
@@ -204,3 +206,60 @@ def test_only_process_0_writes(tmp_path, monkeypatch):
   writer.write(1, {"train_loss": 1.0})
   writer.close()
   assert not (tmp_path / "run").exists()
+
+
+class _Recorder:
+  """Stands in for tensorboardX's SummaryWriter and records how it was made."""
+  made: list = []
+
+  def __init__(self, logdir, purge_step=None):
+    _Recorder.made.append(purge_step)
+
+  def add_scalar(self, *args):
+    pass
+
+  def flush(self):
+    pass
+
+  def close(self):
+    pass
+
+
+def test_metrics_rows_have_kind_and_time_and_a_resume_drops_later_rows(tmp_path,
+                                                                         monkeypatch):
+  import tensorboardX
+  monkeypatch.setattr(tensorboardX, "SummaryWriter", _Recorder)
+  w = writers.MetricWriter(tmp_path)
+  w.write(2, {"train_loss": 1.0, "learning_rate": 0.1})
+  w.write(4, {"train_loss": 0.9, "learning_rate": 0.1})
+  w.write(4, {"val_loss": 0.8, "val_accuracy": 0.5})
+  w.write(6, {"train_loss": 0.7, "learning_rate": 0.1})  # after the checkpoint at 4
+  w.close()
+  with open(tmp_path / "metrics.jsonl", "a") as f:
+    f.write('{"step": 8, "train_lo')  # a kill in mid-write
+  rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()[:4]]
+  assert [r["kind"] for r in rows] == ["train", "train", "val", "train"]
+  assert all(r["time"].endswith("+00:00") for r in rows)
+
+  w = writers.MetricWriter(tmp_path, resume_step=4)
+  w.write(6, {"train_loss": 0.7, "learning_rate": 0.1})
+  w.write(8, {"test_accuracy": 0.5, "test_loss": 1.0})
+  w.close()
+  assert _Recorder.made[-1] == 4  # TensorBoard drops its events from step 4 on (and gets 4's again)
+  steps = [(r["step"], r["kind"]) for r in map(json.loads, open(tmp_path / "metrics.jsonl"))]
+  assert steps == [(2, "train"), (4, "train"), (4, "val"), (6, "train"), (8, "test")]
+  # Run again at its end (a finished run): its test row is written once, not twice.
+  writers.MetricWriter(tmp_path, resume_step=8).close()
+  steps = [(r["step"], r["kind"]) for r in map(json.loads, open(tmp_path / "metrics.jsonl"))]
+  assert steps == [(2, "train"), (4, "train"), (4, "val"), (6, "train")]
+
+
+@pytest.mark.slow  # two tiny training runs: about 30 s on 2 idle cores
+def test_trainer_resume_leaves_one_row_per_step_and_kind(listops_dir, tmp_path):
+  config = tiny_config(listops_dir, num_train_steps=4)
+  trainer.train_and_evaluate(config, str(tmp_path))
+  # A finished run started again resumes at its end and tests again: one test row, not two.
+  trainer.train_and_evaluate(config, str(tmp_path))
+  rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+  keys = [(r["step"], r["kind"]) for r in rows]
+  assert keys == [(2, "train"), (4, "train"), (4, "val"), (4, "test")]

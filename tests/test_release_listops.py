@@ -1,4 +1,4 @@
-"""Issue 44, items 1 and 7: a cut of the rows to max_len is said when the task loads and
+"""A cut of the rows to max_len is said when the task loads and
 recorded in Task.data (so in results.json), whatever the data's source (ListOps release files
 given by hand, generated ListOps, prepared Text and Retrieval); unknown ListOps tokens are
 counted, and refused where they are not rare; a data cache that is a folder is refused with

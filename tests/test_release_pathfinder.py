@@ -1,6 +1,6 @@
 """The original release as users unpack it (lra_release/lra_release/...): a release folder given
 as a Pathfinder data_dir, --release_dir at any of its folders for Pathfinder and Retrieval,
-empty images, np.save metadata, and file lists in errors kept short (issue 44, items 2 and 7)."""
+empty images, np.save metadata, and file lists in errors kept short."""
 import os
 
 import numpy as np
@@ -169,7 +169,7 @@ def test_an_error_about_files_lists_the_first_few_and_the_count(tmp_path):
   assert len(message) < 500 and "and 1,992 more (1,995 in all)" in message, message
 
 
-# ------------------------------------------------------------------ item 7: sizes up front
+# ------------------------------------------------------------------------- sizes up front
 
 
 @pytest.mark.parametrize("task, size", [("path256", 32), ("pathx", 64), ("pathx", 256)])

@@ -117,7 +117,7 @@ def test_remote_data_dir_is_refused_in_one_line(listops_dir, tmp_path):
 
 
 def test_metrics_without_a_checkpoint_are_moved_aside_on_a_gs_workdir(bucket, capsys):
-  """A run starting from step 0 (issue 26) moves an earlier metrics.jsonl aside there too."""
+  """A run starting from step 0 moves an earlier metrics.jsonl aside there too."""
   from lra.training.writers import MetricWriter
   run = bucket / "lra-bucket" / "runs" / "restarted"
   run.mkdir(parents=True)

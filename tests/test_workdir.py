@@ -57,7 +57,7 @@ def test_resume_with_settings_that_change_the_result_is_refused(
 def test_another_model_is_never_resumed_not_even_when_opted_in(listops_dir, finished, tmp_path,
                                                                allow):
   """Its parameter shapes are the Transformer's: the checkpoints would restore, so no flag may
-  let a Linear Transformer go on from them (issue 26)."""
+  let a Linear Transformer go on from them."""
   workdir = tmp_path / "run"
   shutil.copytree(finished, workdir)
   before = _snapshot(workdir)

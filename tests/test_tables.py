@@ -1,4 +1,10 @@
-"""Report tables and charts from made-up results (no training, no JAX needed)."""
+"""The accuracy table from made-up results.json files (no training, no JAX): the paper's own
+figures consistent; runs collected (of several runs of a cell, the best on validation, by a
+stated rule, never compared by validation on different data); cells, averages, markdown, CSV
+and JSON; a run set beside the paper's number only on the task's full data with the
+paper-comparable config, and an average over a marked cell marked; rows of their own for the
+chunked Transformer and Mega-chunk; the paper rows of the models that ran, or all of them.
+(Seeds pooled in a cell: tests/test_seeds.py.)"""
 from __future__ import annotations
 
 import csv
@@ -13,7 +19,8 @@ import pytest
 
 from lra.data import tasks
 from lra.commands.references import paper_configs
-from lra.reporting import accuracy, charts, files, markdown, paper, results, speed, speed_table
+from lra.reporting import accuracy, files, markdown, paper, results
+from tests.reporting import FULL, full_runs, paper_config, result, run_eval, write_result
 
 FIVE = ("listops", "text", "retrieval", "image", "pathfinder")
 
@@ -219,103 +226,112 @@ def test_mega_chunk_gets_a_row_of_its_own(tmp_path):
   assert "| Mega-chunk |" in markdown.accuracy_markdown(table)
 
 
-def _speed_row(model: str, length: int, status: str = "ok", steps: float | None = None,
-               peak: int | None = None, compiled: int | None = 2 * 10**9) -> dict:
-  ok = status == "ok"
-  return {"model": model, "length": length, "batch": 32, "status": status,
-          "steps_per_s": steps if ok else None,
-          "step_time_s": 1.0 / steps if ok and steps else None,
-          "compiled_memory_bytes": compiled if ok else None,
-          "peak_memory_bytes": peak if ok else None,
-          "flops_per_step": 4e12 if ok else None,
-          "achieved_flops_per_s": 4e12 * steps if ok and steps else None,
-          "matmul_peak_flops_per_s": 1e14}
+# ------------------------------------------------- beside the paper only where comparable
 
 
-SPEED_ROWS = [
-    _speed_row("transformer", 1024, steps=2.0),
-    _speed_row("performer", 1024, steps=5.0, compiled=5 * 10**8),
-    _speed_row("transformer", 2048, status="OOM"),
-    _speed_row("performer", 2048, steps=4.0),
-    _speed_row("reformer", 1024, status="error: XlaRuntimeError: something broke"),
-    _speed_row("reformer", 2048, steps=1.0, peak=3 * 10**9),
-]
+def _line(md: str, title: str) -> str:
+  return next(l for l in md.splitlines() if l.startswith(f"| {title} |"))
 
 
-def test_speed_tables_and_markdown():
-  tables = speed.speed_tables(SPEED_ROWS)
-  assert tables["lengths"] == [1024, 2048]
-  assert tables["models"] == ["transformer", "reformer", "performer"]
-  perf = tables["speed"]["performer"]
-  assert perf[1024]["ratio"] == pytest.approx(2.5)
-  assert perf[2048]["ratio"] is None  # the Transformer ran out of memory there
-  assert perf[1024]["paper_ratio"] == pytest.approx(9.5 / 8.1)
-  assert tables["speed"]["transformer"][1024]["ratio"] is None
-  assert tables["speed"]["transformer"][2048]["status"] == "OOM"
-  assert tables["speed"]["reformer"][1024]["status"] == "error"
-  assert tables["memory"]["performer"][1024]["gb"] == pytest.approx(0.5)
-  assert tables["memory"]["reformer"][2048]["measure"] == "peak"
-  assert tables["flops"]["performer"][1024]["fraction_of_peak"] == pytest.approx(0.2)
-  assert sorted(tables["memory_measures"]) == ["compiled", "peak"]
-
-  md = speed_table.speed_markdown(tables, machine={"device_kind": "cpu", "platform": "cpu",
-                                                   "device_count": 1, "jax_version": "0.0",
-                                                   "matmul_peak_flops_per_s": 1e14,
-                                                   "batch": 32})
-  lines = md.splitlines()
-  perf_line = next(x for x in lines if x.startswith("| Performer ") and "x" in x)
-  assert "5.00 (2.50x; paper 1.2x)" in perf_line  # three significant figures
-  assert "| 4.00 (paper 1.9x) |" in perf_line
-  trans = [x for x in lines if x.startswith("| Transformer ")]
-  assert len(trans) == 3 and all(x.endswith("| OOM |") for x in trans)
-  assert "| 2.00 |" in trans[0]
-  reformer = [x for x in lines if x.startswith("| Reformer ")]
-  assert all("| error |" in x for x in reformer)
-  assert "XLA compiled memory analysis" in md and "device-reported peak" in md
-  assert "3.00 GB (990 MB)" in reformer[1] and "500 MB† (370 MB)" in md
-  assert "4 TFLOP, 20 TFLOP/s (20%)" in md
-
-  # A later re-measurement replaces the earlier row.
-  again = speed.speed_tables(SPEED_ROWS + [_speed_row("transformer", 1024, steps=1.0)])
-  assert again["speed"]["performer"][1024]["ratio"] == pytest.approx(5.0)
-  assert again["notes"]
+def test_toy_run_is_marked_not_compared_with_the_paper(tmp_path):
+  # A 10-step CPU Text run, once shown as "100.0 (64.3, +35.7)".
+  toy = paper_config("text", "transformer,cpu", num_train_steps=10)
+  write_result(tmp_path, "toy", "text", 1.0, 1.0, toy, test_count=64, train_count=90)
+  found = results.collect_results([str(tmp_path)], references=paper_configs)
+  table = accuracy.accuracy_table(found, references=paper_configs)
+  cell = next(r for r in table["rows"] if r["model"] == "transformer")["cells"]["text"]
+  assert cell["ours"] == 100.0 and cell["diff"] is None
+  assert "tested on 64 of 25000 examples" in cell["not_comparable"]
+  assert "num_train_steps=10 (base: 20000)" in cell["not_comparable"]
+  md = markdown.accuracy_markdown(table)
+  row = _line(md, "Transformer")
+  assert "| 100.0* |" in row and "64.3" not in row and "+35.7" not in md
+  assert "not comparable with the paper" in md
+  # One short line for the run: its differences compactly, the first few, then how many more.
+  (note,) = [l for l in md.splitlines() if l.startswith("- Transformer / Text: tested")]
+  assert note.startswith("- Transformer / Text: tested on 64 of 25000 examples; trained on 90 "
+                         "of 22500; ")
+  assert "model.num_layers=2 (base: 4)" in note
+  more = len(cell["not_comparable"]) - markdown.SHOWN_DIFFERENCES
+  assert more > 0 and note.endswith(f"; +{more} more (accuracy.csv)") and len(note) < 400
+  assert "(the base config:" not in md  # the old, longer form
 
 
-def test_bubble_inputs():
-  tables = speed.speed_tables(SPEED_ROWS)
-  acc = {"rows": [{"model": "performer", "avg5": 60.0}, {"model": "transformer", "avg5": 55.0},
-                  {"model": "reformer", "avg5": None}]}
-  scores, steps, memory, length = speed.bubble_inputs(acc, tables)
-  assert length == 2048
-  assert scores == {"performer": 60.0, "transformer": 55.0}
-  assert steps == {"performer": 4.0, "reformer": 1.0}
-  assert memory == {"performer": 2.0, "reformer": 3.0}
+def test_full_run_with_the_paper_config_is_compared(tmp_path):
+  full_runs(tmp_path)
+  # The `,paper` option is comparable too; bfloat16 compute and another seed change nothing.
+  paper_arg = paper_config("listops", "transformer,paper", seed=3)
+  paper_arg["model"]["dtype"] = "bfloat16"
+  write_result(tmp_path, "paper_listops", "listops", 0.38, 0.9, paper_arg)
+  found = results.collect_results([str(tmp_path)], references=paper_configs)
+  table = accuracy.accuracy_table(found, references=paper_configs)
+  row = _line(markdown.accuracy_markdown(table), "Transformer")
+  # At chance: these runs record a majority rate of 50% (lra.reporting.chance).
+  assert "38.0 (at chance) (36.4, +1.6)" in row and "40.0 (at chance) (64.3, -24.3)" in row
+  assert "*" not in row
 
 
-def _check_png(path) -> None:
-  from PIL import Image
-  with Image.open(path) as im:
-    im.verify()
-  with Image.open(path) as im:
-    assert im.format == "PNG"
-    width, height = im.size
-  assert 400 <= width <= 4000 and 300 <= height <= 3000, (width, height)
+def test_an_average_over_a_marked_cell_is_marked_and_not_compared(tmp_path):
+  full_runs(tmp_path)
+  (tmp_path / "transformer_image" / "results.json").unlink()
+  write_result(tmp_path, "image_cpu", "image", 0.9, 0.9, paper_config("image", "transformer,cpu"))
+  found = results.collect_results([str(tmp_path)], references=paper_configs)
+  table = accuracy.accuracy_table(found, references=paper_configs)
+  t = next(r for r in table["rows"] if r["model"] == "transformer")
+  assert t["avg5"] == pytest.approx((40 * 4 + 90) / 5)
+  assert t["avg5_diff"] is None and t["avg6_diff"] is None and not t["avg5_comparable"]
+  row = _line(markdown.accuracy_markdown(table), "Transformer")
+  assert row.rstrip(" |").endswith("| 50.0* | 50.0*† | ?")  # then the Checkpoint column
+  flat = {(r["model"], r["task"]): r for r in accuracy.accuracy_rows(table)}
+  assert flat[("transformer", "avg5")]["diff"] is None
+  assert flat[("transformer", "image")]["not_comparable"]
 
 
-def test_charts(tmp_path):
-  bubble = tmp_path / "charts" / "bubble.png"
-  charts.bubble_chart(str(bubble),
-                      {"transformer": 54.4, "performer": 51.4, "linformer": 51.4, "local": 46.1},
-                      {"transformer": 1.4, "performer": 8.0, "linformer": 7.7},
-                      {"transformer": 9.48, "performer": 1.06, "linformer": 0.99},
-                      title="LRA: accuracy vs speed at 4K")
-  _check_png(bubble)
-  scaling = tmp_path / "charts" / "scaling.png"
-  charts.scaling_chart(str(scaling), SPEED_ROWS)
-  _check_png(scaling)
-  # Nothing to draw must still give a valid figure, not an exception.
-  charts.bubble_chart(str(tmp_path / "empty.png"), {}, {}, {}, title="empty")
-  _check_png(tmp_path / "empty.png")
-  charts.scaling_chart(str(tmp_path / "empty_scaling.png"),
-                       [_speed_row("transformer", 1024, status="OOM")])
-  _check_png(tmp_path / "empty_scaling.png")
+def test_several_runs_are_never_compared_by_validation_on_different_data(tmp_path):
+  # A CPU run with a high validation accuracy on its own small data, and a full run.
+  write_result(tmp_path / "a", "cpu", "listops", 0.60, 0.95,
+               paper_config("listops", "transformer,cpu"), train_count=20000)
+  full = write_result(tmp_path / "b", "full", "listops", 0.37, 0.38,
+                      paper_config("listops", "transformer"))
+  warnings: list[str] = []
+  found = results.collect_results([str(tmp_path / "a"), str(tmp_path / "b")], warnings,
+                                  references=paper_configs)
+  assert found[0]["workdir"] == full
+  assert any("full data and the paper's config" in w for w in warnings)
+  # Two runs on different data, neither comparable: not by validation, by the data's size.
+  write_result(tmp_path / "c", "small", "text", 0.9, 0.99,
+               paper_config("text", "transformer,cpu"), train_count=100, test_count=100)
+  bigger = write_result(tmp_path / "c", "bigger", "text", 0.6, 0.5,
+                        paper_config("text", "transformer,cpu"), train_count=1000,
+                        test_count=1000)
+  warnings = []
+  found = results.collect_results([str(tmp_path / "c")], warnings, references=paper_configs)
+  assert found[0]["workdir"] == bigger
+  assert any("not compared by validation" in w for w in warnings)
+  md = markdown.accuracy_markdown(accuracy.accuracy_table(found, references=paper_configs))
+  assert results.CHOICE_RULE in md and "chosen over" in md
+
+
+def test_full_sizes():
+  from lra.data.tasks import FACTS
+  assert FULL == {t: (FACTS[t].train_size, FACTS[t].test_size) for t in FULL}
+
+
+def test_guessing_baseline():
+  table = accuracy.accuracy_table([], references=paper_configs)
+  assert accuracy.guessing_baseline(table, "avg5") == (pytest.approx(34.0), "chance")
+  assert accuracy.guessing_baseline(table, "text") == (pytest.approx(50.0), "chance")
+
+
+def test_paper_rows_of_the_models_that_ran_unless_all_are_asked_for(capsys, tmp_path):
+  result(tmp_path / "runs", "performer", "listops", 0.4)
+  code, out, err = run_eval(capsys, "accuracy", str(tmp_path / "runs"),
+                            f"--out={tmp_path / 'out'}")
+  assert code == 0, err
+  rows = [l for l in out.splitlines() if l.startswith("| ") and not l.startswith("| Model")]
+  assert [r.split(" | ")[0] for r in rows] == ["| Performer"]
+  assert "- (65.4)" in rows[0]  # the paper's Text figure, beside no run of ours
+  code, out, err = run_eval(capsys, "accuracy", str(tmp_path / "runs"), "--all_paper_rows",
+                            f"--out={tmp_path / 'out'}")
+  assert code == 0, err
+  assert "| Transformer |" in out and "| BigBird |" in out
