@@ -22,16 +22,18 @@ if ROOT not in sys.path:
 from lra.errors import run_command  # noqa: E402
 
 
-def config_of(spec: str, sets: dict):
-  """'TASK:MODEL[,options]' and dotted KEY=VALUE overrides -> the config."""
+def config_of(spec: str, items: list):
+  """'TASK:MODEL[,options]' and the command line's (scope, KEY, VALUE) overrides -> the
+  config (the values read as train.py reads them: lra.cli.set_value)."""
   task, _, arg = spec.partition(":")
+  from lra import cli
   from lra.data import tasks
   from lra.errors import UserError
-  from lra.reporting import benchmark
   if task not in tasks.NAMES:
     raise UserError(f"--config={spec}: unknown task {task!r}; valid: {', '.join(tasks.NAMES)}")
   config = importlib.import_module(f"lra.configs.{task}").get_config(arg or None)
-  benchmark.override(config, sets, root="config")  # an unknown key: one line naming the valid
+  for _, key, value in items:  # an unknown key: one line with the nearest one
+    cli.set_value(config, key, value)
   return config
 
 
@@ -78,9 +80,8 @@ def _main(parsed) -> None:
   parser, argv = parsed
   rest, items = cli.take_overrides(argv)
   args = parser.parse_args(rest)
-  sets = cli.as_dict(items)
-  config = config_of(args.config, sets)
-  print(json.dumps({"config": args.config, "sets": sets, "batch": config.batch_size,
+  config = config_of(args.config, items)
+  print(json.dumps({"config": args.config, "sets": cli.as_dict(items), "batch": config.batch_size,
                     "max_len": config.data.max_len, **cost(config)}), flush=True)
 
 

@@ -80,7 +80,7 @@ def test_speed_set_overrides_model_fields(tmp_path):
 
   proc = _command("speed", "--models=transformer", "--config.model.no_such_field=1",
                   f"--out={out}")
-  assert proc.returncode == 1 and "config.model has no field 'no_such_field'" in proc.stderr
+  assert proc.returncode == 1 and "config.model has no key 'no_such_field'" in proc.stderr
 
 
 # ------------------------------------------------------------- bad inputs, one line each
@@ -175,7 +175,9 @@ def test_malformed_speed_json_is_one_line_before_anything_is_written(capsys, tmp
     ("--repeats=0", "--repeats=0 must be positive"),
     ("--config.model.num_layers=0", "config.model.num_layers=0 is not valid"),
     ("--config.model.pooling=XYZ", "config.model.pooling='XYZ' is not valid"),
-    ("--config.model.attention.block_size=4", "config.model.attention has no field 'block_size'"),
+    ("--config.model.attention.block_size=4", "model 'transformer' does not take setting(s) "
+     "block_size in config.model.attention"),
+    ("--config.model.name=local", "choose the models with --models"),
     ("--config.data.max_len=4", "eval.py speed takes config.model settings"),
     ("--models=transformer,no_such_model", "valid models"),
 ])

@@ -237,7 +237,8 @@ def _speed(args) -> None:
   if note:
     print(f"{note} ({len(models)} model{'s' * (len(models) > 1)} x {len(lengths)} lengths "
           f"x {args.repeats} rounds, one process each)", flush=True)
-  machine.update(batch=args.batch, model_size={**size, **sets}, dtype=args.dtype,
+  machine.update(batch=args.batch, model_size={**size, **{k: cli.literal(v) for k, v in
+                                                          sets.items()}}, dtype=args.dtype,
                  software=provenance.software())
   print(f"machine: {machine['device_kind']} x{machine['device_count']}, matmul peak "
         f"{machine['matmul_peak_flops_per_s'] / 1e9:.0f} GFLOP/s ({args.dtype})", flush=True)

@@ -34,10 +34,11 @@ _CHILD = "lra.commands.measuring"  # this module, as `python -m` runs it
 
 
 def measured_config(model: str, length: int, batch: int, size: dict[str, int], dtype: str,
-                    sets: dict[str, Any] | None = None):
+                    sets: dict[str, str] | None = None):
   """The Text config that the child times (eval.py builds it first to check the settings);
-  `sets` overrides config.model fields after `size` (e.g. {"reversible": True}). `model` may
-  be a grid alias (lra.commands.grid_plan.ALIASES, e.g. mega_chunk): its mixer with its Text settings."""
+  `sets` overrides config.model fields after `size` ({"reversible": "True"}: the command
+  line's text, read by lra.cli.set_value as train.py reads it). `model` may be a grid alias
+  (lra.commands.grid_plan.ALIASES, e.g. mega_chunk): its mixer with its Text settings."""
   mixer, extra = grid_plan.alias_settings(model, "text")
   c = text.get_config(mixer)
   c.data.max_len = length
@@ -45,28 +46,31 @@ def measured_config(model: str, length: int, batch: int, size: dict[str, int], d
   c.model.dtype = dtype
   for key, value in size.items():
     c.model[key] = value
-  benchmark.override(c.model, {key.removeprefix("model."): cli.literal(value)
-                               for key, value in extra})  # an alias's settings
-  benchmark.override(c.model, sets or {})
+  for key, value in extra:  # an alias's settings, then the command line's
+    cli.set_value(c, key, value)
+  for key, value in (sets or {}).items():
+    cli.set_value(c, f"model.{key}", value)
   return c
 
 
-def model_sets(items: list[tuple[str | None, str, str]]) -> dict[str, Any]:
-  """--config.model.KEY=VALUE overrides (lra.cli) -> {KEY: value} for `measured_config`: the
-  lengths, batch and dtype have their own flags, so only config.model fields are taken."""
-  sets = cli.as_dict(items)
+def model_sets(items: list[tuple[str | None, str, str]]) -> dict[str, str]:
+  """--config.model.KEY=VALUE overrides (lra.cli) -> {KEY: its text} for `measured_config`:
+  the lengths, batch and dtype have their own flags, so only config.model fields are taken."""
+  sets = {key: value for _, key, value in items}
   other = [key for key in sets if not key.startswith("model.")]
   if other:
     raise UserError(f"{cli.PREFIX}{other[0]}: eval.py speed takes config.model settings "
                     f"(--config.model.KEY=VALUE); the length, batch and dtype have their flags "
                     f"(--lengths, --batch, --dtype)")
+  if "model.name" in sets:
+    raise UserError(f"{cli.PREFIX}model.name=...: choose the models with --models")
   return {key.removeprefix("model."): value for key, value in sets.items()}
 
 
 def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, int],
                          dtype: str, repeats: int, timeout_s: float,
                          imports: tuple[str, ...] = (),
-                         sets: dict[str, Any] | None = None,
+                         sets: dict[str, str] | None = None,
                          compile_cache: str | None = None) -> dict[str, Any]:
   """One (model, length) per process, so no model's peak memory counts for another;
   `compile_cache` a JAX persistent compilation cache folder that the child uses."""
@@ -74,7 +78,7 @@ def run_in_fresh_process(model: str, length: int, batch: int, size: dict[str, in
              "--length", str(length), "--batch", str(batch), "--dtype", dtype,
              "--repeats", str(repeats), "--size", json.dumps(size)]
   command += [f"--import={module}" for module in imports]  # as plugins.portable gives them
-  command += [f"{cli.PREFIX}model.{key}={value!r}" for key, value in (sets or {}).items()]
+  command += [f"{cli.PREFIX}model.{key}={value}" for key, value in (sets or {}).items()]
   env = plugins.child_environment()  # the modules are the flags; the caller's folder searched
   env["PYTHONPATH"] = _ROOT + os.pathsep + env["PYTHONPATH"]
   if compile_cache:

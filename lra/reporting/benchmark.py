@@ -10,8 +10,6 @@ import os
 import time
 from typing import Any
 
-from lra.errors import UserError
-
 OOM_MARKERS = ("RESOURCE_EXHAUSTED", "Out of memory", "out of memory", "OOM")
 TAIL_LINES = 60  # of a failed cell's output, kept in its row (the reason, where one machine ran)
 
@@ -35,27 +33,6 @@ def matmul_peak_flops(dtype: str = "float32", seconds: float = 1.0) -> float:
       count += 1
     best = max(best, 2 * n ** 3 * count / (time.perf_counter() - start))
   return best
-
-
-def override(model_config, sets: dict[str, Any], root: str = "config.model") -> None:
-  """Sets config.model fields ('attention.NAME' for a mixer setting), or the fields below
-  `root`; an unknown key is an error naming the valid ones."""
-  for key, value in sets.items():
-    flag = f"--{root}.{key}"  # as the command line spells it (lra.cli)
-    if key == "name":
-      raise UserError(f"{flag}=...: choose the models with --models")
-    node, path = model_config, key.split(".")
-    for i, part in enumerate(path):
-      if part not in node:
-        where = ".".join([root, *path[:i]])
-        raise UserError(f"{flag}: {where} has no field {part!r}; valid: "
-                        f"{', '.join(sorted(node.keys()))}")
-      if i < len(path) - 1:
-        node = node[part]
-    try:
-      node[path[-1]] = value
-    except TypeError as e:  # ml_collections keeps each field's type
-      raise UserError(f"{flag}={value!r}: {e}") from None
 
 
 def measure(config, repeats: int = 5, steps_per_repeat: int = 3,
