@@ -2,8 +2,9 @@
 the config's path from its root. train.py, the grid (python -m lra.commands.leaderboard),
 eval.py speed (and its measuring child) and scripts/program_cost.py take the items out of
 their command lines with `take_overrides`; the grid also `--config.KEY@SCOPE=VALUE` for the
-runs of one task or model. `set_value` sets one on a config, read as the field's type (a key
-the config lacks, with the nearest one, or a value the field cannot take: one line), and
+runs of one task or model. `set_value`, which all of them use, sets one on a config, read as
+the field's type (a key the config lacks, with the nearest one, or a value the field cannot
+take: one line), and
 `load_config` makes train.py's config: `--config=FILE:ARG`'s get_config(ARG), then the
 items, each value's source noted (lra.config_sources). `--set KEY=VALUE`, the old spelling of
 the other commands, still works there and says how to write it. One key given two values in
