@@ -95,9 +95,9 @@ def encoder_defaults() -> dict[str, Any]:
 def check_encoder(model: Mapping[str, Any]) -> None:
   """The encoder settings given in `model` (config.model): each against its rule, then the
   combinations they allow together."""
-  for name, setting in declared(EncoderConfig).items():
+  for name, declaration in declared(EncoderConfig).items():
     if name in model:
-      check(model_key(name), model[name], setting.rule)
+      check(model_key(name), model[name], declaration.rule)
   if model.get("pooling") == "CLS" and not model.get("use_cls", True):
     fail(model_key("pooling"), "CLS", "'MEAN' or 'SUM' with config.model.use_cls=False "
          "('CLS' pools the CLS token)")
