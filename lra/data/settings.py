@@ -44,7 +44,7 @@ _LISTOPS = {
     "data_dir": _where("data/listops"), "generate_if_missing": _GENERATE,
     "max_len": _max_len(2000),
     # The LRA release's values.
-    **_generated({k: v for k, v in listops.RELEASE_SETTINGS.items()}, dict(
+    **_generated(listops.RELEASE_SETTINGS, dict(
         num_train="train examples generated", num_val="validation examples generated",
         num_test="test examples generated", min_length="trees longer than this (tokens)",
         max_length="trees shorter than this (tokens)", max_depth="nesting depth at most",
