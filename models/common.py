@@ -56,6 +56,9 @@ class Mixer(nn.Module):
       x + u (dropout(h) - x)) overrides it.
     `reversible()` (True unless `residual` is overridden): whether reversible layers, which
       build the default residual form, can run the mixer (models.build refuses otherwise).
+    `state_size(width)` (None: not declared): how many numbers per sequence the mixer carries
+      from one position to the next in one layer, for a width-`width` input (Zoology's
+      efficiency axis; the recurrent family declares its matrix states).
   """
   dropout_rate: float = 0.0  # the encoder's attention_dropout_rate
   dtype: str = "float32"
@@ -113,6 +116,11 @@ class Mixer(nn.Module):
     """Whether reversible layers can run this mixer: they build y1 = x1 + dropout(f(x2)), the
     default `residual`, so a mixer with its own residual form cannot."""
     return cls.residual is Mixer.residual
+
+  def state_size(self, width: int) -> int | None:
+    """Numbers per sequence carried across positions in one layer (None: not declared)."""
+    del width
+    return None
 
   def attention_rng(self, deterministic: bool):
     """The key of attention-weight dropout, or None when there is none to apply."""

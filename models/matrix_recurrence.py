@@ -1,0 +1,239 @@
+"""The one computation of the recurrent family (Mamba-2, RetNet, GLA, HGRN2, DeltaNet, Gated
+DeltaNet, mLSTM): a matrix state per head, decayed and written position by position, read by
+the queries. In two forms that compute the same function: "recurrent", one position at a time
+(the reference), and "chunked", the fast one.
+
+For each example and head a state S (K x V) starts at 0 and runs over the positions:
+    plain:  S_t = a_t S_{t-1} + w_t k_t v_t^T
+    delta:  S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T
+    read:   o_t = S_t^T q_t                     (after position t's write)
+with a_t = exp(log_decay_t), one of: none (1); a fixed scalar per head (shape H: RetNet); an
+input-dependent scalar per head (B x L x H: Mamba-2, mLSTM, Gated DeltaNet); an input-dependent
+vector over the key channels (B x L x H x K, diag(a_t) S: GLA, HGRN2). w_t = exp(log_write_t)
+(B x L x H, mLSTM's exponential input gate) or 1. The delta rule (DeltaNet, Gated DeltaNet)
+takes beta (B x L x H) and a scalar decay or none.
+
+Gates stay in log space: every factor formed is exp of a difference of cumulative log decays
+that is <= 0 (a later position minus an earlier one). With log_write the weights
+exp(sum log a + log_write) can overflow, so the outputs are returned scaled by exp(-m_t), m_t a
+stabiliser (xLSTM's): at least the largest exponent of a write that position t reads, floored
+at FLOOR, carried by the max-plus recurrence m_t = max(log a_t + m_{t-1}, log_write_t, FLOOR).
+The mixer divides it out (mLSTM: o / max(|n|, exp(-m)), where scaling cancels), so m carries no
+gradient.
+
+Padding: a padded position (mask False) neither decays nor writes the state (a = 1, k = 0,
+beta = 0, no write), so the outputs of real positions equal those of the sequence cut to its
+real tokens, and padded positions output 0.
+
+The chunked form (Yang et al. 2023, GLA's chunkwise form; Dao & Gu 2024, SSD): chunks of C
+positions; inside a chunk an attention-like masked C x C product, between chunks the state
+passed on by a scan over the chunks (L / C sequential steps of K x V matmuls instead of L).
+A vector decay weighs each key channel separately inside a chunk (a C x C x K product, exact
+whatever the decay's strength; the factorised q exp(G_t), k exp(-G_j) form overflows once a
+chunk's decay passes e^88). The delta rule uses the UT form (Yang et al. 2024, "Parallelizing
+Linear Transformers with the Delta Rule over Sequence Length"): inside a chunk, with
+Gamma_t = exp(sum of log a up to t inside the chunk) and S_0 the state entering the chunk,
+    u_t = beta_t (v_t - Gamma_t S_0^T k_t) - beta_t sum_{j<t} Gamma_t / Gamma_j (k_t . k_j) u_j
+is a unit lower-triangular system (I + A) U = beta (V - Gamma K S_0), solved once per chunk for
+the parts that do not depend on S_0 (U = T beta V - T beta Gamma K S_0, T = (I + A)^-1); then
+S_C = Gamma_C S_0 + sum_j Gamma_C / Gamma_j k_j u_j^T and o_t = Gamma_t S_0^T q_t +
+sum_{j<=t} Gamma_t / Gamma_j (q_t . k_j) u_j. Everything in float32.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+FLOOR = -60.0  # the stabiliser's floor: exp(-FLOOR) stays finite in float32
+_NO_WRITE = -1e30  # log_write of a padded position: exp() = 0 after any finite shift
+FORMS = ("chunked", "recurrent")
+
+
+def recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, log_decay=None, beta=None,
+               log_write=None, form: str = "chunked", chunk_size: int = 64,
+               reverse: bool = False):
+  """(o_BxLxHxV, m_BxLxH): the outputs o_t = S_t^T q_t of the recurrence above (from the end
+  when `reverse`), and the stabiliser m (None without log_write; then o is the true output,
+  else the true output times exp(-m)). Shapes: see the module docstring."""
+  batch, length, heads, width = q_BxLxHxK.shape
+  if beta is not None and (log_write is not None
+                           or (log_decay is not None and log_decay.ndim == 4)):
+    raise ValueError("the delta rule takes a scalar decay or none, and no log_write")
+  if log_write is not None and log_decay is not None and log_decay.ndim == 4:
+    raise ValueError("log_write takes a scalar decay or none")
+  if form not in FORMS:
+    raise ValueError(f"form {form!r} is none of {FORMS}")
+  keep_BxL = mask_BxL.astype(bool)
+  f32 = lambda a: a.astype(jnp.float32)
+  masked = lambda a, fill=0.0: jnp.where(
+      keep_BxL.reshape(keep_BxL.shape + (1,) * (a.ndim - 2)), f32(a), fill)
+  q, k, v = f32(q_BxLxHxK), masked(k_BxLxHxK), masked(v_BxLxHxV)
+  if log_decay is None:
+    g = None
+  elif log_decay.ndim == 1:  # fixed per head
+    g = masked(jnp.broadcast_to(f32(log_decay)[None, None, :], (batch, length, heads)))
+  else:
+    g = masked(log_decay)
+  b = None if beta is None else masked(beta)
+  w = None if log_write is None else masked(log_write, _NO_WRITE)
+  flip = (lambda a: None if a is None else jnp.flip(a, axis=1)) if reverse else (lambda a: a)
+  q, k, v, g, b, w = map(flip, (q, k, v, g, b, w))
+  m = None if w is None else stabiliser(g, w)
+  if form == "recurrent":
+    o = _recurrent(q, k, v, g, b, w, m)
+  elif b is not None:
+    o = _chunked_delta(q, k, v, g, b, min(chunk_size, length))
+  else:
+    o = _chunked(q, k, v, g, w, m, min(chunk_size, length))
+  o, m = flip(o), flip(m)
+  # A padded position reads nothing: its stabiliser is the floor (a finite exp(-m)).
+  return masked(o), (None if m is None else masked(m, FLOOR))
+
+
+def stabiliser(g_BxLxH, w_BxLxH):
+  """m_t = max(g_t + m_{t-1}, w_t, FLOOR) by an associative (max, +) scan over L; no
+  gradient (the mixer's result does not depend on it)."""
+  g = jnp.zeros_like(w_BxLxH) if g_BxLxH is None else g_BxLxH
+
+  def compose(earlier, later):  # x -> max(a + x, b), the earlier applied first
+    a1, b1 = earlier
+    a2, b2 = later
+    return a1 + a2, jnp.maximum(a2 + b1, b2)
+
+  a, b = jax.lax.associative_scan(compose, (g, w_BxLxH), axis=1)
+  return jax.lax.stop_gradient(jnp.maximum(jnp.maximum(a + FLOOR, b), FLOOR))
+
+
+def _recurrent(q, k, v, g, b, w, m):
+  """The reference: one position at a time (lax.scan over L), state B x H x K x V."""
+  batch, _, heads, width = q.shape
+  state = jnp.zeros((batch, heads, width, v.shape[-1]), jnp.float32)
+  zero_BxLxH = jnp.zeros(q.shape[:3], jnp.float32)
+  delta = b is not None
+  g = zero_BxLxH if g is None else g
+  if m is None:  # no stabiliser: m = 0 throughout
+    m = m_prev = w = zero_BxLxH
+  else:  # the state before position 0 is 0: any stabiliser fits it
+    m_prev = jnp.concatenate([jnp.full_like(m[:, :1], FLOOR), m[:, :-1]], axis=1)
+  b = zero_BxLxH if b is None else b
+
+  def step(S, xs):
+    q_t, k_t, v_t, g_t, b_t, w_t, m_t, mp_t = xs
+    decay = jnp.exp(g_t) if g_t.ndim == 3 else jnp.exp(g_t + mp_t - m_t)
+    S = S * (decay[..., None] if g_t.ndim == 3 else decay[..., None, None])
+    if delta:  # a (I - beta k k^T) S + beta k v^T = S' + beta k (v - S'^T k)^T
+      v_t = b_t[..., None] * (v_t - jnp.einsum("bhkv,bhk->bhv", S, k_t))
+    else:
+      v_t = v_t * jnp.exp(w_t - m_t)[..., None]
+    S = S + jnp.einsum("bhk,bhv->bhkv", k_t, v_t)
+    return S, jnp.einsum("bhkv,bhk->bhv", S, q_t)
+
+  xs = [jnp.moveaxis(a, 1, 0) for a in (q, k, v, g, b, w, m, m_prev)]
+  _, o = jax.lax.scan(step, state, xs)
+  return jnp.moveaxis(o, 0, 1)
+
+
+def _chunks(a, size: int, fill: float = 0.0):
+  """B x L x H x ... -> B x H x N x C x ... (L padded at the end to N C with `fill`)."""
+  length = a.shape[1]
+  pad = -length % size
+  a = jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2), constant_values=fill)
+  a = a.reshape((a.shape[0], -1, size) + a.shape[2:])
+  return jnp.moveaxis(a, 3, 1)
+
+
+def _unchunk(a_BxHxNxCxV, length: int):
+  a = jnp.moveaxis(a_BxHxNxCxV, 1, 3)
+  return a.reshape((a.shape[0], -1) + a.shape[3:])[:, :length]
+
+
+def _causal(size: int):
+  """1 x 1 x 1 x C x C: j <= t (the rank of a chunked B x H x N x C x C array)."""
+  return jnp.tril(jnp.ones((size, size), bool))[None, None, None]
+
+
+def _pass_states(decay_BxHxNxK, write_BxHxNxKxV):
+  """The state entering each chunk: S_{n+1} = decay_n S_n (rows) + write_n, S_0 = 0."""
+  def step(S, xs):
+    decay, write = xs
+    return decay[..., None] * S + write, S
+
+  xs = (jnp.moveaxis(decay_BxHxNxK, 2, 0), jnp.moveaxis(write_BxHxNxKxV, 2, 0))
+  _, entering = jax.lax.scan(step, jnp.zeros_like(write_BxHxNxKxV[:, :, 0]), xs)
+  return jnp.moveaxis(entering, 0, 2)
+
+
+def _chunked(q, k, v, g, w, m, size: int):
+  """The plain recurrence by chunks (no delta rule)."""
+  length, width = q.shape[1], q.shape[-1]
+  qc, kc, vc = _chunks(q, size), _chunks(k, size), _chunks(v, size)  # B x H x N x C x K|V
+  zero = jnp.zeros(qc.shape[:4], jnp.float32)  # B x H x N x C
+  if g is None:
+    G = zero
+  else:  # cumulative log decay inside each chunk (padding: 0, no decay)
+    G = jnp.cumsum(_chunks(g, size), axis=3)
+  if w is None:
+    W, M, M_in = zero, zero, zero[..., 0]
+  else:
+    # The padding _chunks adds writes nothing and reads nothing (a huge stabiliser).
+    W, M = _chunks(w, size, _NO_WRITE), _chunks(m, size, -_NO_WRITE)
+    M_in = jnp.concatenate([jnp.full_like(M[:, :, :1, -1], FLOOR), M[:, :, :-1, -1]], axis=2)
+  vector = G.ndim == 5
+  G_end = G[:, :, :, -1:]  # B x H x N x 1 (x K)
+  # Into the state at the chunk's end: k_j exp(G_end - G_j + w_j - M_end).
+  if vector:
+    k_out = kc * jnp.exp(G_end - G)
+    decay = jnp.exp(G_end[:, :, :, 0])  # B x H x N x K
+  else:
+    k_out = kc * jnp.exp(G_end - G + W - M[:, :, :, -1:])[..., None]
+    decay = jnp.broadcast_to(jnp.exp(G_end[:, :, :, 0] + M_in - M[:, :, :, -1])[..., None],
+                             kc.shape[:3] + (width,))
+  entering = _pass_states(decay, jnp.einsum("bhnck,bhncv->bhnkv", k_out, vc))
+  causal = _causal(size)
+  if vector:  # C x C x K weights exp(G_t - G_j), j <= t
+    diff = G[:, :, :, :, None, :] - G[:, :, :, None, :, :]
+    weights = jnp.exp(jnp.where(causal[..., None], diff, -jnp.inf))
+    scores = jnp.einsum("bhntk,bhnjk,bhntjk->bhntj", qc, kc, weights)
+    q_in = qc * jnp.exp(G)
+  else:
+    diff = G[..., :, None] - G[..., None, :] + W[..., None, :] - M[..., :, None]
+    scores = jnp.einsum("bhntk,bhnjk->bhntj", qc, kc) * jnp.exp(
+        jnp.where(causal, diff, -jnp.inf))
+    q_in = qc * jnp.exp(G + M_in[..., None] - M)[..., None]
+  o = (jnp.einsum("bhntj,bhnjv->bhntv", scores, vc)
+       + jnp.einsum("bhntk,bhnkv->bhntv", q_in, entering))
+  return _unchunk(o, length)
+
+
+def _chunked_delta(q, k, v, g, b, size: int):
+  """The delta rule by chunks (the UT form in the module docstring)."""
+  length = q.shape[1]
+  qc, kc, vc, bc = _chunks(q, size), _chunks(k, size), _chunks(v, size), _chunks(b, size)
+  G = jnp.zeros(qc.shape[:4], jnp.float32) if g is None else jnp.cumsum(_chunks(g, size), 3)
+  causal = _causal(size)
+  # exp(G_t - G_j) for j <= t (0 above the diagonal).
+  gap = jnp.exp(jnp.where(causal, G[..., :, None] - G[..., None, :], -jnp.inf))
+  kk = jnp.einsum("bhntk,bhnjk->bhntj", kc, kc)
+  eye = jnp.eye(size, dtype=bool)[None, None, None]
+  A = jnp.where(causal & ~eye, bc[..., None] * gap * kk, 0.0)
+  unit = jnp.where(eye, 1.0, A)
+  solve = lambda rhs: jax.lax.linalg.triangular_solve(unit, rhs, left_side=True, lower=True,
+                                                      unit_diagonal=True)
+  U0 = solve(bc[..., None] * vc)  # T beta V
+  Wk = solve((bc * jnp.exp(G))[..., None] * kc)  # T beta Gamma K
+  P = jnp.einsum("bhntk,bhnjk->bhntj", qc, kc) * gap  # (q_t . k_j) Gamma_t / Gamma_j, j <= t
+  q_in = qc * jnp.exp(G)[..., None]
+  G_end = G[..., -1:]
+  k_out = kc * jnp.exp(G_end - G)[..., None]
+  decay = jnp.exp(G_end[..., 0])  # B x H x N
+
+  def step(S, xs):
+    U0_n, Wk_n, P_n, q_n, k_n, d_n = xs
+    U = U0_n - jnp.einsum("bhck,bhkv->bhcv", Wk_n, S)
+    o = jnp.einsum("bhck,bhkv->bhcv", q_n, S) + jnp.einsum("bhcj,bhjv->bhcv", P_n, U)
+    return d_n[..., None, None] * S + jnp.einsum("bhck,bhcv->bhkv", k_n, U), o
+
+  xs = [jnp.moveaxis(a, 2, 0) for a in (U0, Wk, P, q_in, k_out, decay)]
+  state = jnp.zeros(kc.shape[:2] + (kc.shape[-1], vc.shape[-1]), jnp.float32)
+  _, o = jax.lax.scan(step, state, xs)
+  return _unchunk(jnp.moveaxis(o, 0, 2), length)
