@@ -102,11 +102,24 @@ ATTENTION = {
     # Exact attention in O(L) memory (cuDNN's fused kernel where it applies, else chunked):
     # dense scores at 65,536 tokens are 16 GiB per head and example in float32.
     ("path256", "transformer"): dict(implementation="auto"),
-    # MQAR: each recurrence reads in the directions it has on LRA here (configs/published:
-    # Mamba both, as S5, S4D and Mega by default; LRU one). The query part holds no values, so
-    # a backward scan sees none of the pairs a query needs (lra/data/mqar.py).
-    ("mqar", "mamba"): dict(bidirectional=True),
 }
+
+
+def _lra_directions() -> dict:
+  """MQAR: each recurrence reads in the directions it has on LRA here, the `bidirectional` of
+  its configs/published table on every task (Mamba and the recurrent family both, as S5, S4D
+  and Mega; LRU one), one row per model with a table. The query part holds no values, so a
+  backward scan sees none of the pairs a query needs (lra/data/mqar.py)."""
+  rows = {}
+  for name in sorted(set(published.MODELS) & set(registry.names())):
+    entries = published.table(name).HYPERPARAMETERS.values()
+    directions = {e["model"].get("attention", {}).get("bidirectional") for e in entries}
+    if len(directions) == 1 and None not in directions:
+      rows[("mqar", name)] = dict(bidirectional=directions.pop())
+  return rows
+
+
+ATTENTION.update(_lra_directions())
 
 
 # Self-pretraining (config.objective="denoise"): the fraction of a task's real tokens that are

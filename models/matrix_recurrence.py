@@ -47,6 +47,7 @@ import jax.numpy as jnp
 FLOOR = -60.0  # the stabiliser's floor: exp(-FLOOR) stays finite in float32
 _NO_WRITE = -1e30  # log_write of a padded position: exp() = 0 after any finite shift
 FORMS = ("chunked", "recurrent")
+SUB = 16  # a vector decay's sub-chunk (see _vector_scores)
 
 
 def recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, log_decay=None, beta=None,
@@ -190,10 +191,8 @@ def _chunked(q, k, v, g, w, m, size: int):
                              kc.shape[:3] + (width,))
   entering = _pass_states(decay, jnp.einsum("bhnck,bhncv->bhnkv", k_out, vc))
   causal = _causal(size)
-  if vector:  # C x C x K weights exp(G_t - G_j), j <= t
-    diff = G[:, :, :, :, None, :] - G[:, :, :, None, :, :]
-    weights = jnp.exp(jnp.where(causal[..., None], diff, -jnp.inf))
-    scores = jnp.einsum("bhntk,bhnjk,bhntjk->bhntj", qc, kc, weights)
+  if vector:
+    scores = _vector_scores(qc, kc, G)
     q_in = qc * jnp.exp(G)
   else:
     diff = G[..., :, None] - G[..., None, :] + W[..., None, :] - M[..., :, None]
@@ -203,6 +202,76 @@ def _chunked(q, k, v, g, w, m, size: int):
   o = (jnp.einsum("bhntj,bhnjv->bhntv", scores, vc)
        + jnp.einsum("bhntk,bhnkv->bhntv", q_in, entering))
   return _unchunk(o, length)
+
+
+def _sub_size(size: int) -> int:
+  """The sub-chunk of a vector decay's scores: the largest divisor of the chunk <= SUB."""
+  return max(d for d in range(1, min(size, SUB) + 1) if size % d == 0)
+
+
+def _vector_scores(qc, kc, G):
+  """B x H x N x C x C scores sum_k q_tk k_jk exp(G_tk - G_jk) (j <= t) of a vector decay,
+  by sub-chunks of c positions (GLA's secondary chunking): between sub-chunks a > b the
+  weight splits at R_a, the cumulative decay where sub-chunk a starts, into
+  exp(G_t - R_a) exp(R_a - G_j), both <= 1 (a matmul); inside a sub-chunk it is formed
+  channel by channel (c x c x K). Exact whatever the decay's strength."""
+  size, width = G.shape[3], G.shape[-1]
+  c = _sub_size(size)
+  subs = size // c
+  shape = G.shape[:3] + (subs, c, width)
+  Gs, qs, ks = G.reshape(shape), qc.reshape(shape), kc.reshape(shape)
+  # R: B x H x N x S x K, the cumulative decay before each sub-chunk's first position.
+  R = jnp.concatenate([jnp.zeros_like(Gs[:, :, :, :1, 0]), Gs[:, :, :, :-1, -1]], axis=3)
+  q_hat = qs * jnp.exp(Gs - R[:, :, :, :, None])  # B x H x N x S x c x K
+  # k_j exp(R_a - G_j) for j before sub-chunk a (else 0): B x H x N x S x C x K.
+  before = (jnp.arange(size)[None, :] < c * jnp.arange(subs)[:, None])[None, None, None]
+  gap = R[:, :, :, :, None] - G[:, :, :, None]
+  k_hat = kc[:, :, :, None] * jnp.exp(jnp.where(before[..., None], gap, -jnp.inf))
+  scores = jnp.einsum("bhnsik,bhnsjk->bhnsij", q_hat, k_hat)  # B x H x N x S x c x C
+  diff = Gs[..., :, None, :] - Gs[..., None, :, :]  # B x H x N x S x c x c x K
+  inside = jnp.tril(jnp.ones((c, c), bool))[None, None, None, None, :, :, None]
+  weights = jnp.exp(jnp.where(inside, diff, -jnp.inf))
+  diagonal = jnp.einsum("bhnsik,bhnsjk,bhnsijk->bhnsij", qs, ks, weights)
+  own = jnp.eye(subs, dtype=bool)[None, None, None, :, None, :, None]  # block s, columns s
+  scores = scores.reshape(shape[:5] + (subs, c)) + jnp.where(
+      own, diagonal[:, :, :, :, :, None, :], 0.0)
+  return scores.reshape(G.shape[:3] + (size, size))
+
+
+@jax.custom_vjp
+def unit_lower_inverse(A_XxCxC):
+  """(I + A)^-1 for strictly lower-triangular A (the last two axes), by forward
+  substitution, row by row: row t of the inverse is e_t - sum_{j<t} A_tj (row j). Neither
+  jax.lax.linalg.triangular_solve (its CPU kernel hung one run in three inside a larger
+  program here, jax 0.10.2) nor a power series ((I - A)(I + A^2)..., whose terms grow like
+  binomials for aligned keys) is used. The gradient is the inverse's own:
+  d A = -T^T dT T^T, kept strictly lower."""
+  return _inverse(A_XxCxC)
+
+
+def _inverse(A):
+  size = A.shape[-1]
+  eye = jnp.broadcast_to(jnp.eye(size, dtype=A.dtype), A.shape)
+
+  def row(t, T):
+    r = eye[..., t, :] - jnp.einsum("...j,...jc->...c", A[..., t, :], T)
+    return T.at[..., t, :].set(r)
+
+  return jax.lax.fori_loop(1, size, row, eye)
+
+
+def _inverse_fwd(A):
+  T = _inverse(A)
+  return T, T
+
+
+def _inverse_bwd(T, dT):
+  dA = -jnp.einsum("...jt,...jc,...dc->...td", T, dT, T)
+  strictly = jnp.tril(jnp.ones(dA.shape[-2:], bool), -1)
+  return (jnp.where(strictly.reshape((1,) * (dA.ndim - 2) + strictly.shape), dA, 0.0),)
+
+
+unit_lower_inverse.defvjp(_inverse_fwd, _inverse_bwd)
 
 
 def _chunked_delta(q, k, v, g, b, size: int):
@@ -216,11 +285,9 @@ def _chunked_delta(q, k, v, g, b, size: int):
   kk = jnp.einsum("bhntk,bhnjk->bhntj", kc, kc)
   eye = jnp.eye(size, dtype=bool)[None, None, None]
   A = jnp.where(causal & ~eye, bc[..., None] * gap * kk, 0.0)
-  unit = jnp.where(eye, 1.0, A)
-  solve = lambda rhs: jax.lax.linalg.triangular_solve(unit, rhs, left_side=True, lower=True,
-                                                      unit_diagonal=True)
-  U0 = solve(bc[..., None] * vc)  # T beta V
-  Wk = solve((bc * jnp.exp(G))[..., None] * kc)  # T beta Gamma K
+  T = unit_lower_inverse(A)  # (I + A)^-1
+  U0 = jnp.einsum("bhntj,bhnjv->bhntv", T, bc[..., None] * vc)  # T beta V
+  Wk = jnp.einsum("bhntj,bhnjk->bhntk", T, (bc * jnp.exp(G))[..., None] * kc)  # T beta Gamma K
   P = jnp.einsum("bhntk,bhnjk->bhntj", qc, kc) * gap  # (q_t . k_j) Gamma_t / Gamma_j, j <= t
   q_in = qc * jnp.exp(G)[..., None]
   G_end = G[..., -1:]

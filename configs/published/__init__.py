@@ -1,7 +1,10 @@
-"""Published LRA hyperparameters of the state-space models and Mega, one file per model.
+"""Published LRA hyperparameters of the state-space models, Mega and the recurrent family, one
+file per model.
 
-Each file (s4d.py, s5.py, lru.py, mamba.py, mega.py) cites its source in its docstring
-(mamba.py: our choice at parameter parity with S5, Mamba published no LRA setup) and defines
+Each file, named for its model (a module here is a model's table unless BUILDERS names it),
+cites its source in its docstring (mamba.py and the recurrent family's files built by
+recurrent.py: our choice at parameter parity with S5, their authors published no LRA setup;
+hgrn2.py: its authors' run script) and defines
     HYPERPARAMETERS = {task: dict(model=dict(num_layers=..., emb_dim=..., dropout_rate=...,
         norm=..., prenorm=..., feedforward=..., pooling=..., use_cls=...,
         attention=dict(<mixer settings>)), batch_size=..., epochs=..., learning_rate=...,
@@ -21,13 +24,17 @@ from __future__ import annotations
 
 import importlib
 import math
+import pkgutil
 from types import ModuleType
 
 from lra.data.tasks import FACTS  # train_size: examples per epoch (after held-out validation)
 from lra.errors import UserError
 from lra.models import registry
 
-MODELS = ("s4d", "s5", "lru", "mamba", "mega")  # the models that may have a table here
+# Modules here that build tables for others, not a model's table.
+BUILDERS = ("recurrent",)
+# The models that may have a table here: every other module of this folder.
+MODELS = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name not in BUILDERS))
 # A task beyond LRA that takes a table's entry of an LRA task. Path-256 takes Path-X's: no
 # author of these tables published a Path-256 run, and the codes that train Path-256 train it
 # as Path-X at resolution 256 (SPT's configs/experiment/lra/transformer-lra-pathx256.yaml: the
