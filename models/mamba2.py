@@ -150,12 +150,12 @@ class Mamba2(RecurrentMixer):
     xBC_BxLxF = ShortConv(self.conv_kernel, bias=True, activation=True, name="conv")(
         xBC_BxLxF, mask_BxL)
     x_BxLxE, B_BxLxGN, C_BxLxGN = jnp.split(xBC_BxLxF, [inner, inner + g * n], axis=-1)
-    # Head h reads group h // (H / G): each group's B and C repeated over its heads.
-    per_head = lambda a: jnp.repeat(a.reshape(batch, length, g, n), heads // g, axis=2)
+    # Head h reads group h // (H / G): the core takes each group's B and C once.
+    per_group = lambda a: a.reshape(batch, length, g, n)
     dt_bias_H, A_log_H, D_H = self._ssd_parameters(heads)
     dt_BxLxH = jax.nn.softplus(f32(dt_BxLxH) + dt_bias_H[None, None])
     x_BxLxHxP = x_BxLxE.reshape(batch, length, heads, p)
-    y_BxLxHxP = self.run(per_head(C_BxLxGN), per_head(B_BxLxGN),
+    y_BxLxHxP = self.run(per_group(C_BxLxGN), per_group(B_BxLxGN),
                          x_BxLxHxP * dt_BxLxH[..., None], mask_BxL,
                          log_decay=-jnp.exp(A_log_H)[None, None] * dt_BxLxH)
     y_BxLxHxP = y_BxLxHxP + D_H[None, None, :, None] * x_BxLxHxP

@@ -55,8 +55,14 @@ def recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, log_decay=None, bet
                reverse: bool = False):
   """(o_BxLxHxV, m_BxLxH): the outputs o_t = S_t^T q_t of the recurrence above (from the end
   when `reverse`), and the stabiliser m (None without log_write; then o is the true output,
-  else the true output times exp(-m)). Shapes: see the module docstring."""
-  batch, length, heads, width = q_BxLxHxK.shape
+  else the true output times exp(-m)). Shapes: see the module docstring; q and k may have
+  G heads for v's H (H a multiple of G: head h reads q and k of group h // (H / G), as
+  Mamba-2's groups of B and C), and the chunked form of a scalar decay then forms each
+  group's C x C product once."""
+  batch, length, groups, width = q_BxLxHxK.shape
+  heads = v_BxLxHxV.shape[2]
+  if heads % groups or k_BxLxHxK.shape[2] != groups:
+    raise ValueError(f"q and k have {groups} heads (groups), v {heads}: a multiple of them")
   if beta is not None and (log_write is not None
                            or (log_decay is not None and log_decay.ndim == 4)):
     raise ValueError("the delta rule takes a scalar decay or none, and no log_write")
@@ -80,6 +86,9 @@ def recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, log_decay=None, bet
   flip = (lambda a: None if a is None else jnp.flip(a, axis=1)) if reverse else (lambda a: a)
   q, k, v, g, b, w = map(flip, (q, k, v, g, b, w))
   m = None if w is None else stabiliser(g, w)
+  if groups != heads and (form == "recurrent" or b is not None or (g is not None
+                                                                   and g.ndim == 4)):
+    q, k = (jnp.repeat(a, heads // groups, axis=2) for a in (q, k))  # per head
   if form == "recurrent":
     o = _recurrent(q, k, v, g, b, w, m)
   elif b is not None:
@@ -166,42 +175,50 @@ def _pass_states(decay_BxHxNxK, write_BxHxNxKxV):
 
 def _chunked(q, k, v, g, w, m, size: int):
   """The plain recurrence by chunks (no delta rule)."""
-  length, width = q.shape[1], q.shape[-1]
-  qc, kc, vc = _chunks(q, size), _chunks(k, size), _chunks(v, size)  # B x H x N x C x K|V
-  zero = jnp.zeros(qc.shape[:4], jnp.float32)  # B x H x N x C
+  length = q.shape[1]
+  qc, kc, vc = _chunks(q, size), _chunks(k, size), _chunks(v, size)  # B x H|G x N x C x K|V
+  zero = jnp.zeros(vc.shape[:4], jnp.float32)  # B x H x N x C
   if g is None:
     G = zero
   else:  # cumulative log decay inside each chunk (padding: 0, no decay)
     G = jnp.cumsum(_chunks(g, size), axis=3)
+  if G.ndim == 5:
+    return _unchunk(_chunked_vector(qc, kc, vc, G), length)
   if w is None:
     W, M, M_in = zero, zero, zero[..., 0]
   else:
     # The padding _chunks adds writes nothing and reads nothing (a huge stabiliser).
     W, M = _chunks(w, size, _NO_WRITE), _chunks(m, size, -_NO_WRITE)
     M_in = jnp.concatenate([jnp.full_like(M[:, :, :1, -1], FLOOR), M[:, :, :-1, -1]], axis=2)
-  vector = G.ndim == 5
-  G_end = G[:, :, :, -1:]  # B x H x N x 1 (x K)
-  # Into the state at the chunk's end: k_j exp(G_end - G_j + w_j - M_end).
-  if vector:
-    k_out = kc * jnp.exp(G_end - G)
-    decay = jnp.exp(G_end[:, :, :, 0])  # B x H x N x K
-  else:
-    k_out = kc * jnp.exp(G_end - G + W - M[:, :, :, -1:])[..., None]
-    decay = jnp.broadcast_to(jnp.exp(G_end[:, :, :, 0] + M_in - M[:, :, :, -1])[..., None],
-                             kc.shape[:3] + (width,))
-  entering = _pass_states(decay, jnp.einsum("bhnck,bhncv->bhnkv", k_out, vc))
-  causal = _causal(size)
-  if vector:
-    scores = _vector_scores(qc, kc, G)
-    q_in = qc * jnp.exp(G)
-  else:
-    diff = G[..., :, None] - G[..., None, :] + W[..., None, :] - M[..., :, None]
-    scores = jnp.einsum("bhntk,bhnjk->bhntj", qc, kc) * jnp.exp(
-        jnp.where(causal, diff, -jnp.inf))
-    q_in = qc * jnp.exp(G + M_in[..., None] - M)[..., None]
-  o = (jnp.einsum("bhntj,bhnjv->bhntv", scores, vc)
-       + jnp.einsum("bhntk,bhnkv->bhntv", q_in, entering))
+  # Scalar factors per head and position (each <= 1), applied to values and outputs so that
+  # q and k stay per group: a write into the chunk's end state exp(G_end - G_j + w_j - M_end),
+  # a read of the entering state exp(G_t + M_in - M_t), the state's decay over the chunk.
+  G_end, M_end = G[..., -1:], M[..., -1:]
+  write = jnp.exp(G_end - G + W - M_end)
+  read = jnp.exp(G + M_in[..., None] - M)
+  decay = jnp.exp(G_end[..., 0] + M_in - M_end[..., 0])  # B x H x N
+  grouped = lambda a: a.reshape((a.shape[0], qc.shape[1], -1) + a.shape[2:])  # B x G x R ...
+  writes = jnp.einsum("bgnjk,bgrnjv->bgrnkv", kc, grouped(vc * write[..., None]))
+  entering = _pass_states(jnp.broadcast_to(decay[..., None], decay.shape + kc.shape[-1:]),
+                          writes.reshape(vc.shape[:3] + writes.shape[-2:]))
+  inter = jnp.einsum("bgntk,bgrnkv->bgrntv", qc, grouped(entering))
+  diff = G[..., :, None] - G[..., None, :] + W[..., None, :] - M[..., :, None]
+  weights = grouped(jnp.exp(jnp.where(_causal(size), diff, -jnp.inf)))  # B x G x R x N x C x C
+  scores = jnp.einsum("bgntk,bgnjk->bgntj", qc, kc)[:, :, None] * weights
+  intra = jnp.einsum("bgrntj,bgrnjv->bgrntv", scores, grouped(vc))
+  o = (intra + inter * grouped(read)[..., None]).reshape(vc.shape)
   return _unchunk(o, length)
+
+
+def _chunked_vector(qc, kc, vc, G):
+  """The plain recurrence by chunks under a vector decay (per head: q and k per head)."""
+  G_end = G[:, :, :, -1:]  # B x H x N x 1 x K
+  k_out = kc * jnp.exp(G_end - G)
+  entering = _pass_states(jnp.exp(G_end[:, :, :, 0]),
+                          jnp.einsum("bhnck,bhncv->bhnkv", k_out, vc))
+  o = (jnp.einsum("bhntj,bhnjv->bhntv", _vector_scores(qc, kc, G), vc)
+       + jnp.einsum("bhntk,bhnkv->bhntv", qc * jnp.exp(G), entering))
+  return o
 
 
 def _sub_size(size: int) -> int:

@@ -184,3 +184,22 @@ def test_vector_decay_sub_chunks(monkeypatch, sub):
   np.testing.assert_allclose(o, expected, atol=2e-5 * np.abs(expected).max(), rtol=2e-4)
   assert np.all(np.isfinite(grad_c))
   np.testing.assert_allclose(grad_c, grad_r, atol=1e-4 * np.abs(grad_r).max(), rtol=1e-3)
+
+
+@pytest.mark.parametrize("write", [False, True])
+def test_grouped_queries_and_keys_equal_repeated_ones(write):
+  """q and k of one group read by both heads (Mamba-2's shared B and C) equal the same q and
+  k given to each head, in both forms."""
+  q, k, v, gates = _inputs(7, "scalar", write=write)
+  q1, k1 = q[:, :, :1], k[:, :, :1]
+  mask = jnp.asarray(_mask())
+
+  def outputs(q1, k1, v, gates):
+    grouped = [recurrence(q1, k1, v, mask, form=f, chunk_size=4, **gates)[0]
+               for f in ("chunked", "recurrent")]
+    q2, k2 = (jnp.concatenate([a, a], axis=2) for a in (q1, k1))
+    return grouped, recurrence(q2, k2, v, mask, form="recurrent", **gates)[0]
+
+  (chunked, recurrent), expected = run_once(outputs, q1, k1, v, gates)
+  for o in (chunked, recurrent):
+    np.testing.assert_allclose(o, expected, atol=1e-5, rtol=1e-4)
