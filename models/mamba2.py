@@ -67,6 +67,7 @@ from lra.models.ssm import log_uniform, masked_input
 
 A_INIT_RANGE = (1.0, 16.0)  # the official A_init_range: A uniform in it per head
 NORM_EPS = 1e-5  # the official RMSNormGated's eps
+AUTO_HEAD = 64  # head_dim 0: the largest divisor of E up to this (the official headdim)
 
 
 def gated_group_rms_norm(y_BxLxE, z_BxLxE, weight_E, groups: int):
@@ -85,8 +86,8 @@ class Mamba2(RecurrentMixer):
   """Mamba-2 layer: in_proj to (z, x, B, C, dt), conv + SiLU over (x, B, C), the SSD
   recurrence per head (+ D skip), the gated RMS norm, out_proj (see the module docstring)."""
   d_state: int = s.setting(128, s.Int(1), "N: the state's rows per head (the official d_state)")
-  head_dim: int = s.setting(64, s.Int(1), "P: channels per head, H = E / P (the official "
-                            "headdim)")
+  head_dim: int = s.setting(64, s.Int(0), "P: channels per head, H = E / P (the official "
+                            "headdim); 0 = the largest divisor of E up to 64")
   expand: int = s.setting(2, s.Int(1), "E = expand * D inner channels")
   conv_kernel: int = s.setting(4, s.Int(1), "the depthwise causal conv's kernel (the official "
                                "d_conv)")
@@ -111,10 +112,11 @@ class Mamba2(RecurrentMixer):
   def check_width(self, width: int) -> tuple[int, int]:
     """(E, H) for a D = `width` input, or a one-line SettingError when E or H does not split."""
     inner = self.expand * width
-    if inner % self.head_dim:
+    head = self.head_dim or max(p for p in range(1, AUTO_HEAD + 1) if inner % p == 0)
+    if inner % head:
       s.fail(s.attention_key("head_dim"), self.head_dim,
              f"a divisor of the inner width expand x width = {inner}")
-    heads = inner // self.head_dim
+    heads = inner // head
     if heads % self.groups:
       s.fail(s.attention_key("groups"), self.groups,
              f"a divisor of the number of heads expand x width / head_dim = {heads}")
@@ -142,7 +144,7 @@ class Mamba2(RecurrentMixer):
     del deterministic  # no dropout inside
     (batch, length, width), f32 = x_BxLxD.shape, lambda a: a.astype(jnp.float32)
     inner, heads = self.check_width(width)
-    n, g, p = self.d_state, self.groups, self.head_dim
+    n, g, p = self.d_state, self.groups, inner // heads
     h_BxLxD = masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
     proj = nn.Dense(2 * inner + 2 * g * n + heads, use_bias=False, dtype=self.dtype,
                     kernel_init=torch_default, name="in_proj")(h_BxLxD)

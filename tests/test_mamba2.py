@@ -231,3 +231,11 @@ def test_settings_and_errors():
       Mamba2(**bad).init(jax.random.PRNGKey(0), x, mask, deterministic=True)  # before any op
     # One line (JAX may append its own note on the frames it filtered, after a newline).
     assert str(error.value).splitlines()[0].startswith("config.model.attention.")
+
+
+def test_head_dim_zero_takes_the_widest_heads_up_to_64():
+  """head_dim 0 (the LRA tables'): any width splits, into heads as wide as 64 allows."""
+  mixer = Mamba2(head_dim=0)
+  assert mixer.check_width(128) == (256, 4)  # the official 64-wide heads
+  assert mixer.check_width(42) == (84, 2)  # 42-wide heads (64 divides no 84)
+  assert mixer.check_width(116) == (232, 4)  # 58-wide
