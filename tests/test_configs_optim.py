@@ -38,6 +38,9 @@ def test_rsqrt_schedule_follows_the_original_formula():
   np.testing.assert_allclose(lr(500), 0.05 * 0.5 / np.sqrt(1000), rtol=1e-6)
   np.testing.assert_allclose(lr(1000), 0.05 / np.sqrt(1000), rtol=1e-6)
   np.testing.assert_allclose(lr(4000), 0.05 / np.sqrt(4000), rtol=1e-6)
+  c.warmup_steps = 0  # allowed (Int(0)): no warmup, and no 0 / 0 at the first step
+  lr = optim.learning_rate_schedule(c)
+  assert np.isfinite(lr(0)) and np.isclose(lr(4), 0.05 / 2, rtol=1e-6)
 
 
 def test_cosine_schedule_warms_up_then_decays_to_zero():

@@ -28,7 +28,8 @@ def learning_rate_schedule(config, peak: float | None = None) -> optax.Schedule:
   if config.schedule == "rsqrt":
     def rsqrt(step):
       t = jnp.asarray(step, jnp.float32)
-      return lr * jnp.minimum(1.0, t / max(warmup, 1)) / jnp.sqrt(jnp.maximum(t, warmup))
+      # max(warmup, 1): warmup_steps 0 would give 0 / 0 at step 0 (a NaN first update).
+      return lr * jnp.minimum(1.0, t / max(warmup, 1)) / jnp.sqrt(jnp.maximum(t, max(warmup, 1)))
     return rsqrt
   if config.schedule == "cosine":
     return optax.warmup_cosine_decay_schedule(0.0, lr, max(warmup, 1), max(total, warmup + 1))
