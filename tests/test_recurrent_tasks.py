@@ -18,7 +18,15 @@ from lra.models.recurrent_mixer import RecurrentMixer
 from lra.training import optim, steps, trainer
 
 FAMILY = [n for n in registry.names() if issubclass(registry.get(n), RecurrentMixer)]
-BATCH, LENGTH = 4, 24
+BATCH, LENGTH = 4, 16
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cheap_compiles():
+  """42 small programs, each run four times: XLA's expensive passes cost more than they save."""
+  jax.config.update("jax_disable_most_optimizations", True)
+  yield
+  jax.config.update("jax_disable_most_optimizations", False)
 
 
 def _state(config, net, facts):
