@@ -56,7 +56,7 @@ class Mixer(nn.Module):
       x + u (dropout(h) - x)) overrides it.
     `reversible()` (True unless `residual` is overridden): whether reversible layers, which
       build the default residual form, can run the mixer (models.build refuses otherwise).
-    `state_size(width)` (None: not declared): how many numbers per sequence the mixer carries
+    `carried_state(width)` (None: not declared): how many numbers per sequence the mixer carries
       from one position to the next in one layer, for a width-`width` input (Zoology's
       efficiency axis; the recurrent family declares its matrix states).
   """
@@ -117,7 +117,7 @@ class Mixer(nn.Module):
     default `residual`, so a mixer with its own residual form cannot."""
     return cls.residual is Mixer.residual
 
-  def state_size(self, width: int) -> int | None:
+  def carried_state(self, width: int) -> int | None:
     """Numbers per sequence carried across positions in one layer (None: not declared)."""
     del width
     return None

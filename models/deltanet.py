@@ -97,7 +97,7 @@ class DeltaRuleMixer(RecurrentMixer):
     key = width // self.num_heads
     return key, self.value_expand * key
 
-  def state_size(self, width: int) -> int:
+  def carried_state(self, width: int) -> int:
     """S (K x V) per head, per direction (the convs' windows not counted)."""
     key, value = self.head_dims(width)
     return self.directions * self.num_heads * key * value

@@ -67,7 +67,7 @@ class GLA(RecurrentMixer):
     super().check_settings()
     s.check(s.model_key("num_heads"), self.num_heads, s.Int(1))
 
-  def state_size(self, width: int) -> int:
+  def carried_state(self, width: int) -> int:
     key, value = head_dims(width, self.num_heads, self.expand_k, self.expand_v)
     return self.directions * self.num_heads * key * value
 

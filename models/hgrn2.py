@@ -114,7 +114,7 @@ class HGRN2(RecurrentMixer):
     value = self.qkv_dim // self.num_heads
     return self.num_heads, self.expand_ratio or value, value
 
-  def state_size(self, width: int) -> int:
+  def carried_state(self, width: int) -> int:
     del width
     heads, key, value = self.head_sizes()
     return self.directions * heads * key * value

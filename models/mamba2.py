@@ -122,7 +122,7 @@ class Mamba2(RecurrentMixer):
              f"a divisor of the number of heads expand x width / head_dim = {heads}")
     return inner, heads
 
-  def state_size(self, width: int) -> int:
+  def carried_state(self, width: int) -> int:
     """S (N x P) per head, per direction: H P N = E N (the conv's window not counted)."""
     return self.directions * self.expand * width * self.d_state
 

@@ -119,7 +119,7 @@ class MLSTM(RecurrentMixer):
         s.fail(key, value, f"a divisor of the inner width proj_factor x width = {inner}")
     return inner
 
-  def state_size(self, width: int) -> int:
+  def carried_state(self, width: int) -> int:
     """C (K x K), n (K) and m (1) per head, per direction (the conv's window not counted)."""
     key = self.proj_factor * width // self.num_heads
     return self.directions * self.num_heads * (key * key + key + 1)

@@ -123,7 +123,7 @@ class RetNet(RecurrentMixer):
              "for the rotary positions")
     return key, value
 
-  def state_size(self, width: int) -> int:
+  def carried_state(self, width: int) -> int:
     key, value = self.dims(width)
     return self.directions * self.num_heads * key * value
 
