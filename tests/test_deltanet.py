@@ -15,6 +15,7 @@ from lra.models import registry
 from lra.models.deltanet import DeltaNet
 from lra.models.matrix_recurrence import recurrence
 from lra.rules import SettingError
+from lra.testing import cheap_compiles
 from tests import helpers
 from tests.helpers import run_once
 
@@ -24,9 +25,8 @@ K = WIDTH // HEADS
 
 @pytest.fixture(autouse=True, scope="module")
 def _cheap_compiles():
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", False)
+  with cheap_compiles():  # lra.testing's, as the contract compiles
+    yield
 
 
 # --- the reference, from the paper's equations ---

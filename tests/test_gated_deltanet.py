@@ -19,6 +19,7 @@ from lra.models.gated_deltanet import GatedDeltaNet
 from lra.models.matrix_recurrence import recurrence
 from lra.rules import SettingError
 from lra.training import optim
+from lra.testing import cheap_compiles
 from tests import helpers
 from tests.helpers import run_once
 
@@ -28,9 +29,8 @@ K = WIDTH // HEADS
 
 @pytest.fixture(autouse=True, scope="module")
 def _cheap_compiles():
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", False)
+  with cheap_compiles():  # lra.testing's, as the contract compiles
+    yield
 
 
 # --- the reference, from the paper's equations ---

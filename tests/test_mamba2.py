@@ -13,6 +13,7 @@ from lra.models import registry
 from lra.models.mamba2 import Mamba2
 from lra.rules import SettingError
 from lra.training import optim
+from lra.testing import cheap_compiles
 from tests import helpers
 from tests.helpers import run_once as _run
 
@@ -24,9 +25,8 @@ SMALL = dict(d_state=3, head_dim=2, groups=2, conv_kernel=3, chunk_size=4)
 @pytest.fixture(autouse=True, scope="module")
 def _cheap_compiles():
   """Tiny shapes, each program run once: XLA's expensive passes cost more than they save."""
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", False)
+  with cheap_compiles():  # lra.testing's, as the contract compiles
+    yield
 
 
 # --- the reference: one row's real tokens (L x D), from the paper's equations ---

@@ -12,6 +12,7 @@ from lra.models import registry
 from lra.models.mlstm import MLSTM
 from lra.rules import SettingError
 from lra.testing import finite
+from lra.testing import cheap_compiles
 from tests import helpers
 from tests.helpers import run_once as _run
 
@@ -20,9 +21,8 @@ WIDTH, HEADS, LENGTH = 4, 2, 7  # E = 8 inner channels, K = 4 per head, blocks o
 
 @pytest.fixture(autouse=True, scope="module")
 def _cheap_compiles():
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", False)
+  with cheap_compiles():  # lra.testing's, as the contract compiles
+    yield
 
 
 def _lead(a, ndim):

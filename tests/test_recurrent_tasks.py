@@ -17,6 +17,7 @@ from lra.models import registry
 from lra.models.common import Mixer
 from lra.models.recurrent_mixer import RecurrentMixer
 from lra.training import optim, steps, trainer
+from lra.testing import cheap_compiles
 
 FAMILY = [n for n in registry.names() if issubclass(registry.get(n), RecurrentMixer)]
 BATCH, LENGTH = 4, 16
@@ -25,9 +26,8 @@ BATCH, LENGTH = 4, 16
 @pytest.fixture(autouse=True, scope="module")
 def _cheap_compiles():
   """42 small programs, each run four times: XLA's expensive passes cost more than they save."""
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", False)
+  with cheap_compiles():  # lra.testing's, as the contract compiles
+    yield
 
 
 def _state(config, net, facts):

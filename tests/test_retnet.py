@@ -11,6 +11,7 @@ import pytest
 from lra.models import registry
 from lra.models.retnet import RetNet  # (registers "retnet")
 from lra.rules import SettingError
+from lra.testing import cheap_compiles
 from tests import helpers
 
 WIDTH, HEADS, LENGTH = 8, 2, 13  # K = 8 / 2 = 4, V = 16 / 2 = 8 per head (expand 1 and 2)
@@ -18,9 +19,8 @@ WIDTH, HEADS, LENGTH = 8, 2, 13  # K = 8 / 2 = 4, V = 16 / 2 = 8 per head (expan
 
 @pytest.fixture(autouse=True, scope="module")
 def _cheap_compiles():
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", False)
+  with cheap_compiles():  # lra.testing's, as the contract compiles
+    yield
 
 
 def _lead(a, ndim):
