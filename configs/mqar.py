@@ -9,8 +9,9 @@ Usage: --config=configs/mqar.py:MODEL[,cpu]
            each model's best, configs.py line 52), weight decay 0.1 (config.py line 137),
            torch's betas (0.9, 0.999) and eps 1e-8, cosine decay to 0 without warmup, 64
            epochs (configs.py line 151) at batch 256 (the batch of its 256-token runs, lines
-           25-26): 25,000 steps. Blocks: a mixer and no MLP, 2 layers, D 128, one head
-           (configs/table.py). Other Figure 2 points: --config.data.max_len=64
+           25-26): 25,000 steps. Blocks: a mixer and no MLP, 2 layers, D 128, one head,
+           learned positions for the mixers with queries and keys, none for the
+           recurrences (configs/table.py). Other Figure 2 points: --config.data.max_len=64
            --config.data.num_kv_pairs=4 (or 128 and 8).
   paper:   the same as the default (which is the paper's setting).
   cpu:     a small model (2 layers, D 64) and task (64 tokens as Figure 2's smallest point,

@@ -66,11 +66,12 @@ TASK = {
     "pathx": dict(pooling="MEAN", use_cls=False),
     "retrieval": dict(pair_features="uvpd"),  # [u, v, u*v, u-v]; "uv" = the shipped code's
     # Zoology's Figure 2 blocks: a mixer and no MLP (state_mixer Identity, configs.py line 145),
-    # positions for attention (line 142: learned, initialised N(0, 1) as torch's Embedding;
-    # here sinusoidal, of the same scale: the learned table here starts at N(0, 0.02)); the
-    # mixers whose ENCODER_SETTINGS say "none", the recurrences, get none, as Zoology's others.
+    # learned positions for attention (line 142, max_position_embeddings = the length; its
+    # model.py line 245 re-initialises every nn.Embedding N(0, 0.02), as our learned table
+    # starts), here for every mixer with queries and keys; the mixers whose ENCODER_SETTINGS
+    # say "none", the recurrences, get none, as Zoology's others.
     # No CLS token (every position is read by the per-token head; pooling, unused, says MEAN).
-    "mqar": dict(feedforward=False, use_cls=False, pooling="MEAN"),
+    "mqar": dict(feedforward=False, use_cls=False, pooling="MEAN", positions="learned"),
     # Path-256's original base config: CLS pooling (the default; the 32 and 128 ones pool by
     # the mean) and learned positions (classifier_pool 'CLS', learn_pos_emb True).
     "path256": dict(positions="learned"),
@@ -190,4 +191,29 @@ def apply(c, options: set[str]):
   when = registry.settings_when(model, c.model)
   c.model.attention.update(when)
   sources.note(c, sources.MIXER, _model(when, attention))
+  _follow_the_task(c)
   return c
+
+
+def _length(c) -> int:
+  """The task's longest input: its max_len, else its images' pixels (Image: CIFAR-10's 32 x 32;
+  Pathfinder, Path-X, Path-256: size x size)."""
+  if "max_len" in c.data:
+    return c.data.max_len
+  return c.data.size ** 2 if "size" in c.data else 32 * 32
+
+
+def _follow_the_task(c) -> None:
+  """Settings that follow the task's sequence: Hyena's `l_max` (its filter's time scale and
+  table, Zoology's Figure 2: the input length) is the longest sequence, CLS token included;
+  Based cycles its layer kinds (conv, linear attention, window) by layer, so the one-layer
+  tasks (Image, Pathfinder, Path-X) would give it a convolution alone: they give it two layers,
+  Figure 2's conv and linear attention."""
+  keys = []
+  if "l_max" in registry.default_settings(c.model.name):
+    c.model.attention.l_max = _length(c) + int(c.model.use_cls)
+    keys.append("model.attention.l_max")
+  if c.model.name == "based" and c.model.num_layers < 2:
+    c.model.num_layers = 2
+    keys.append("model.num_layers")
+  sources.note(c, sources.TASK_TABLE, keys)

@@ -142,6 +142,19 @@ class BigBirdAttention(HeadsMixer):
       s.fail(s.attention_key("num_extra_global"), self.num_extra_global,
              "an integer >= 1 with mode 'etc'")
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The keys and values a non-global query block reads: its window, random and global
+    blocks (ITC), or its window and random blocks and the extra global tokens (ETC), as
+    Zoology counts BigBird (2 x blocks x block_size x width); the global blocks' own queries
+    read every key, not counted."""
+    del width
+    blocks = self.window_blocks + self.num_random_blocks
+    if self.mode == "etc":
+      keys = min(blocks * self.block_size, length) + self.num_extra_global
+    else:
+      keys = min((blocks + self.num_global_blocks) * self.block_size, length)
+    return 2 * keys * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     batch, length, dim = x_BxLxD.shape

@@ -60,9 +60,10 @@ def balanced_chunk(length: int, chunk: int) -> int:
   return -(-length // count)
 
 
-def _key_chunk_step(q_BxHxQxK, rng, dropout_rate: float):
+def _key_chunk_step(q_BxHxQxK, rng, dropout_rate: float, q_positions_Q=None):
   """The scan body over key chunks for one query chunk: folds a chunk of keys into the running
-  (max, denominator, weighted value sum); `rng` None means no dropout."""
+  (max, denominator, weighted value sum); `rng` None means no dropout; `q_positions_Q` (causal
+  only) the chunk's query positions, keys after them masked as the dense path masks them."""
 
   def key_chunk_step(carry, chunk):
     max_BxHxQ, denom_BxHxQ, acc_BxHxQxK = carry
@@ -71,6 +72,12 @@ def _key_chunk_step(q_BxHxQxK, rng, dropout_rate: float):
                                 preferred_element_type=jnp.float32)
     logits_BxHxQxC = jnp.where(real_BxC[:, None, None, :], logits_BxHxQxC,
                                fill_BxC[:, None, None, :])
+    if q_positions_Q is not None:
+      k_positions_C = k_index * k_BxHxCxK.shape[2] + jnp.arange(k_BxHxCxK.shape[2])
+      later_QxC = k_positions_C[None, :] > q_positions_Q[:, None]
+      # A later real key takes MASK_VALUE as in the dense path; a fill key stays FILL_VALUE.
+      logits_BxHxQxC = jnp.where(later_QxC[None, None] & real_BxC[:, None, None, :],
+                                 MASK_VALUE, logits_BxHxQxC)
     # The result does not depend on the shift, so it carries no gradient (exactly).
     new_max_BxHxQ = jax.lax.stop_gradient(
         jnp.maximum(max_BxHxQ, jnp.max(logits_BxHxQxC, axis=-1)))
@@ -90,8 +97,9 @@ def _key_chunk_step(q_BxHxQxK, rng, dropout_rate: float):
 
 def chunked_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
                       query_chunk: int = 256, key_chunk: int = 256, dropout_rng=None,
-                      dropout_rate: float = 0.0):
-  """softmax_attention(q, k, v, key_mask) computed chunk by chunk; returns BxLxHxK."""
+                      dropout_rate: float = 0.0, causal: bool = False):
+  """softmax_attention(q, k, v, key_mask, causal=causal) computed chunk by chunk; returns
+  BxLxHxK. (Causal, the blocks above the diagonal are still visited, masked: same cost.)"""
   batch, length, heads, head_dim = q_BxLxHxK.shape
   keys = k_BxMxHxK.shape[1]
   q_chunk, k_chunk = balanced_chunk(length, query_chunk), balanced_chunk(keys, key_chunk)
@@ -111,7 +119,8 @@ def chunked_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
 
   def query_chunk_attention(q_BxHxQxK, q_index):
     rng = jax.random.fold_in(dropout_rng, q_index) if dropout else None
-    key_chunk_step = _key_chunk_step(q_BxHxQxK, rng, dropout_rate)
+    q_positions_Q = q_index * q_chunk + jnp.arange(q_chunk) if causal else None
+    key_chunk_step = _key_chunk_step(q_BxHxQxK, rng, dropout_rate, q_positions_Q)
     init = (jnp.full((batch, heads, q_chunk), -jnp.inf, jnp.float32),
             jnp.zeros((batch, heads, q_chunk), jnp.float32),
             jnp.zeros((batch, heads, q_chunk, head_dim), jnp.float32))

@@ -56,9 +56,11 @@ class Mixer(nn.Module):
       x + u (dropout(h) - x)) overrides it.
     `reversible()` (True unless `residual` is overridden): whether reversible layers, which
       build the default residual form, can run the mixer (models.build refuses otherwise).
-    `carried_state(width)` (None: not declared): how many numbers per sequence the mixer carries
-      from one position to the next in one layer, for a width-`width` input (Zoology's
-      efficiency axis; the recurrent family declares its matrix states).
+    `carried_state(width, length)` (None: not declared): how many numbers per sequence one
+      layer of the mixer carries from one position to the next, for a width-`width` input of
+      `length` positions (Zoology's state-size axis): attention its key-value cache,
+      2 x length x qkv_dim; a recurrent mixer its state, both directions counted; a complex
+      number counts as two. Every mixer of models/ declares it (tests/test_state_size.py).
   """
   dropout_rate: float = 0.0  # the encoder's attention_dropout_rate
   dtype: str = "float32"
@@ -117,9 +119,9 @@ class Mixer(nn.Module):
     default `residual`, so a mixer with its own residual form cannot."""
     return cls.residual is Mixer.residual
 
-  def carried_state(self, width: int) -> int | None:
+  def carried_state(self, width: int, length: int) -> int | None:
     """Numbers per sequence carried across positions in one layer (None: not declared)."""
-    del width
+    del width, length
     return None
 
   def attention_rng(self, deterministic: bool):
@@ -192,7 +194,8 @@ def rotary_embedding(x_BxLxHxK, positions_L=None):
 
 class QKVProjection(nn.Module):
   """Projects BxLxD inputs to per-head queries, keys and values BxLxHxK (no bias); with
-  `rotary`, queries and keys rotated by their positions (rotary_embedding)."""
+  `rotary`, queries and keys rotated by their positions (rotary_embedding). The kernel mixers
+  build it without and rotate phi(q), phi(k) instead (RoFormer eq. 19: linear_transformer.py)."""
   num_heads: int
   qkv_dim: int
   dtype: str = "float32"
@@ -234,12 +237,17 @@ def masked_softmax(logits, allowed, *, dropout_rng=None, dropout_rate: float = 0
 
 
 def softmax_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *,
-                      dropout_rng=None, dropout_rate: float = 0.0):
-  """Scaled dot-product attention; logits and softmax in float32, padded keys get 0."""
+                      dropout_rng=None, dropout_rate: float = 0.0, causal: bool = False):
+  """Scaled dot-product attention; logits and softmax in float32, padded keys get 0; with
+  `causal`, query i sees keys j <= i only (L == M)."""
   scale = q_BxLxHxK.shape[-1] ** -0.5
   logits_BxHxLxM = jnp.einsum("blhk,bmhk->bhlm", q_BxLxHxK * scale, k_BxMxHxK,
                               preferred_element_type=jnp.float32)
-  weights_BxHxLxM = masked_softmax(logits_BxHxLxM, key_mask_BxM[:, None, None, :],
+  allowed_BxHxLxM = key_mask_BxM[:, None, None, :]
+  if causal:
+    positions_L = jnp.arange(q_BxLxHxK.shape[1])
+    allowed_BxHxLxM = allowed_BxHxLxM & (positions_L[None, :] <= positions_L[:, None])[None, None]
+  weights_BxHxLxM = masked_softmax(logits_BxHxLxM, allowed_BxHxLxM,
                                    dropout_rng=dropout_rng, dropout_rate=dropout_rate)
   weights_BxHxLxM = weights_BxHxLxM.astype(v_BxMxHxK.dtype)
   return jnp.einsum("bhlm,bmhk->blhk", weights_BxHxLxM, v_BxMxHxK)

@@ -97,8 +97,9 @@ class DeltaRuleMixer(RecurrentMixer):
     key = width // self.num_heads
     return key, self.value_expand * key
 
-  def carried_state(self, width: int) -> int:
+  def carried_state(self, width: int, length: int) -> int:
     """S (K x V) per head, per direction (the convs' windows not counted)."""
+    del length  # a fixed-size state
     key, value = self.head_dims(width)
     return self.directions * self.num_heads * key * value
 

@@ -11,6 +11,7 @@ import numpy as np
 from lra.models import registry, reversible
 from lra import rules
 from lra.models.classifiers import PAIR_FEATURES, Classifier, Denoiser, DualClassifier
+from lra.models.recurrent_mixer import ShortConv
 from lra.models.settings import (INPUT_ENCODERS, NORMS, POOLINGS, POSITIONS, EncoderConfig,
                                  check_encoder)
 
@@ -109,8 +110,8 @@ class Block(nn.Module):
   norm(x) (pre-norm; post-norm: x, and the result normalised).
   With `branch` ("mixer" or "mlp") it returns that sub-layer's residual branch alone,
   dropout(f(norm(x))): the f and g of a reversible layer (models/reversible.py).
-  Parameter names: mixer, LayerNorm_0 (or BatchNorm_0), LayerNorm_1, MLP_0. Its settings are
-  the encoder's `config`.
+  Parameter names: mixer, short_conv (config.short_conv > 0), LayerNorm_0 (or BatchNorm_0),
+  LayerNorm_1, MLP_0. Its settings are the encoder's `config`.
   """
   layer_index: int
   mixer: str
@@ -125,7 +126,14 @@ class Block(nn.Module):
 
     module = make_mixer(self.mixer, self.mixer_settings, c, layer_index=self.layer_index,
                         shared=self.shared, name="mixer")
-    mixer = lambda h_BxLxD: module(h_BxLxD, mask_BxL, deterministic=deterministic)
+
+    def mixer_input(h_BxLxD):  # the mixer's input: with short_conv, convolved first
+      if not c.short_conv:
+        return h_BxLxD
+      conv = ShortConv(kernel=c.short_conv, bias=True, activation=False, name="short_conv")
+      return conv(h_BxLxD, mask_BxL).astype(h_BxLxD.dtype)
+
+    mixer = lambda h_BxLxD: module(mixer_input(h_BxLxD), mask_BxL, deterministic=deterministic)
 
     def mlp(h_BxLxD):
       return MLP(c.mlp_dim, c.dropout_rate, c.dtype, c.ffn_chunks,
@@ -143,7 +151,8 @@ class Block(nn.Module):
         raise ValueError(f"unknown branch {branch!r}; valid: mixer, mlp")
       return residual_branch(0, mixer, x_BxLxD) if branch == "mixer" else \
           residual_branch(1, mlp, x_BxLxD)
-    x_BxLxD = module.residual(x_BxLxD, norm(0, x_BxLxD) if c.prenorm else x_BxLxD, mask_BxL,
+    y_BxLxD = mixer_input(norm(0, x_BxLxD) if c.prenorm else x_BxLxD)
+    x_BxLxD = module.residual(x_BxLxD, y_BxLxD, mask_BxL,
                               dropout=lambda h: drop(h, deterministic=deterministic),
                               deterministic=deterministic)
     x_BxLxD = x_BxLxD if c.prenorm else norm(0, x_BxLxD)

@@ -88,6 +88,11 @@ class FourierMixer(Mixer):
   def SUBQUADRATIC(self) -> bool:  # noqa: N802  (the flag every mixer has)
     return self.use_fft  # the DFT-matrix path holds L x L matrices
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The whole input, length x width: the Fourier transform mixes every position into
+    every output, so no summary smaller than the sequence gives them."""
+    return length * width
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     del deterministic  # nothing random

@@ -67,7 +67,9 @@ class GLA(RecurrentMixer):
     super().check_settings()
     s.check(s.model_key("num_heads"), self.num_heads, s.Int(1))
 
-  def carried_state(self, width: int) -> int:
+  def carried_state(self, width: int, length: int) -> int:
+    """S (K x V) per head, per direction."""
+    del length  # a fixed-size state
     key, value = head_dims(width, self.num_heads, self.expand_k, self.expand_v)
     return self.directions * self.num_heads * key * value
 

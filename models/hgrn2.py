@@ -114,8 +114,9 @@ class HGRN2(RecurrentMixer):
     value = self.qkv_dim // self.num_heads
     return self.num_heads, self.expand_ratio or value, value
 
-  def carried_state(self, width: int) -> int:
-    del width
+  def carried_state(self, width: int, length: int) -> int:
+    """S (K x V) per head, per direction (from qkv_dim and expand_ratio)."""
+    del width, length
     heads, key, value = self.head_sizes()
     return self.directions * heads * key * value
 

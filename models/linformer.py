@@ -60,6 +60,12 @@ class LinformerAttention(HeadsMixer):
       return None
     return SharedProjection(settings.get("k", cls.k), name="shared_projection")
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The k projected keys and k projected values (E K, F V), 2 x k x qkv_dim at any length
+    (that E and F span the sequence is in the parameters, not the state)."""
+    del width, length
+    return 2 * self.k * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,

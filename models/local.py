@@ -25,6 +25,13 @@ class LocalAttention(HeadsMixer):
 
   SUBQUADRATIC = True
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The keys and values a query reads: its block (and the blocks beside it with overlap),
+    2 x min(span, length) x qkv_dim, as Zoology counts sliding-window attention."""
+    del width
+    span = (3 if self.overlap else 1) * min(self.block_size, length)
+    return 2 * min(span, length) * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,

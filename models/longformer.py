@@ -136,6 +136,15 @@ class LongformerAttention(HeadsMixer):
       raise ValueError(f"longformer global_positions {positions} must lie in [0, {length})")
     return positions
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The keys and values a non-global query reads: this layer's window (w + 1 positions,
+    dilated or not) and the global tokens, 2 x min(w + 1 + g, length) x qkv_dim. The global
+    tokens' own rows read every key: not counted, as Zoology counts BigBird's."""
+    del width
+    window = layer_window(self.window, self.window_growth, self.layer_index)
+    keys = min(window + 1 + len(set(self.global_positions)), length)
+    return 2 * keys * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     length = x_BxLxD.shape[1]

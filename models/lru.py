@@ -91,6 +91,11 @@ class LRU(SSMMixer):
       s.fail(s.attention_key("r_min"), self.r_min,
              f"a number <= config.model.attention.r_max={self.r_max!r}")
 
+  def carried_state(self, width: int, length: int) -> int:
+    """N complex states: 2 N numbers, per direction."""
+    del width, length
+    return (2 if self.bidirectional else 1) * 2 * self.state_size
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     width, n = x_BxLxD.shape[-1], self.state_size

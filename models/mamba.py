@@ -223,6 +223,12 @@ class Mamba(SSMMixer):
                      self.dt_min, self.dt_max, self.dtype, dt_init=name == "forward",
                      scan=self.scan, chunk_size=self.chunk_size, name=name)
 
+  def carried_state(self, width: int, length: int) -> int:
+    """N states per inner channel, per direction: expand x width x N x directions (the conv's
+    window not counted), Zoology's 2 x width x N at expand 2."""
+    del length
+    return (2 if self.bidirectional else 1) * self.expand * width * self.state_size
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     del deterministic  # no dropout inside the block

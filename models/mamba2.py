@@ -122,8 +122,9 @@ class Mamba2(RecurrentMixer):
              f"a divisor of the number of heads expand x width / head_dim = {heads}")
     return inner, heads
 
-  def carried_state(self, width: int) -> int:
+  def carried_state(self, width: int, length: int) -> int:
     """S (N x P) per head, per direction: H P N = E N (the conv's window not counted)."""
+    del length  # a fixed-size state
     return self.directions * self.expand * width * self.d_state
 
   def _ssd_parameters(self, heads: int):

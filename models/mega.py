@@ -203,6 +203,14 @@ class Mega(Mixer):
     """P: relative distances up to P - 1 have their own bias."""
     return min(self.max_positions, self.chunk_size) if self.chunk_size else self.max_positions
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The EMA's h dimensions per channel and direction (width x h x directions; a
+    `truncation` cut is counted as the recurrence it cuts) and the keys (z) and values (v) of
+    the chunk a query attends to (the whole sequence unchunked): chunk x (z + v)."""
+    directions = 2 if self.bidirectional else 1
+    values = self.v_dim or 2 * width
+    return directions * width * self.ema_dim + self._chunk(length) * (self.z_dim + values)
+
   @nn.compact
   def candidate_and_gate(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     """(H^, phi), each B x L x D: the candidate output and the update gate (eqs. 6-14)."""

@@ -119,8 +119,9 @@ class MLSTM(RecurrentMixer):
         s.fail(key, value, f"a divisor of the inner width proj_factor x width = {inner}")
     return inner
 
-  def carried_state(self, width: int) -> int:
+  def carried_state(self, width: int, length: int) -> int:
     """C (K x K), n (K) and m (1) per head, per direction (the conv's window not counted)."""
+    del length  # a fixed-size state
     key = self.proj_factor * width // self.num_heads
     return self.directions * self.num_heads * (key * key + key + 1)
 

@@ -160,6 +160,13 @@ class NystromAttention(HeadsMixer):
       s.fail(s.attention_key("conv_kernel"), self.conv_kernel,
              "0 (off) or an odd kernel size (LRA: 35)")
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The m landmark keys and the m rows pinv(softmax(Q~ K~^T)) softmax(Q~ K^T) V that every
+    query reads, 2 x min(m, length) x qkv_dim (Zoology's 2 x m x width); the conv skip's
+    window of values is not counted (as no mixer's short convolution is)."""
+    del width
+    return 2 * min(self.num_landmarks, length) * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,

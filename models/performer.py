@@ -10,6 +10,18 @@ The projection matrix w is not a parameter: in training (with `redraw`) it is dr
 from the "dropout" rng each step; otherwise it is recomputed from PRNGKey(seed) folded with the
 layer index. Recomputing costs one small QR per layer and keeps the parameter tree identical to
 FullAttention's (no extra collection for checkpoints or optimisers to carry).
+
+Rotary positions (positions="rotary") as RoFormer defines them for kernel attention (Su et al.
+2021, eq. 19): the M features are rotated in pairs, R_m phi(q_m) and R_n phi(k_n) (the
+rotation of models/common.py at width M, so nb_features must be even), and the normaliser is
+left unrotated:
+  o_m = sum_n (R_m phi(q_m))^T (R_n phi(k_n)) v_n / sum_n phi(q_m)^T phi(k_n).
+A query then meets a key through m - n only, for every draw of w; rotating q and k before the
+features (as QKVProjection does for the softmax mixers) gives that only in expectation over w.
+Still linear: sum_n R_n phi(k_n) v_n^T is formed once. As RoFormer says, the denominator stays
+unrotated so it cannot reach zero, while the numerator's terms can now be negative: the weights
+on the values are no longer a probability distribution, which RoFormer argues still models
+how much each value matters.
 """
 from __future__ import annotations
 
@@ -19,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
-from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
+from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, rotary_embedding
 from lra.models.registry import register
 
 KERNELS = ("softmax", "relu")
@@ -108,27 +120,33 @@ def stable_softmax_features(q_BxLxHxK, k_BxLxHxK, key_mask_BxL, w_MxK):
   return phi_q_BxLxHxM, phi_k_BxLxHxM
 
 
-def linear_attention(phi_q_BxLxHxM, phi_k_BxLxHxM, v_BxLxHxK, key_mask_BxL):
-  """phi(Q) (phi(K)^T V) / (phi(Q) phi(K)^T 1) over the real keys; float32 sums."""
+def linear_attention(phi_q_BxLxHxM, phi_k_BxLxHxM, v_BxLxHxK, key_mask_BxL,
+                     rotary: bool = False):
+  """phi(Q) (phi(K)^T V) / (phi(Q) phi(K)^T 1) over the real keys; float32 sums. With
+  `rotary`, the features rotated by position in the numerator only (RoFormer eq. 19)."""
   real_BxLx1x1 = key_mask_BxL.astype(bool)[:, :, None, None]
   phi_k_BxLxHxM = jnp.where(real_BxLx1x1, phi_k_BxLxHxM, 0.0)
-  kv_BxHxMxK = jnp.einsum("blhm,blhk->bhmk", phi_k_BxLxHxM, v_BxLxHxK.astype(jnp.float32))
-  num_BxLxHxK = jnp.einsum("blhm,bhmk->blhk", phi_q_BxLxHxM, kv_BxHxMxK)
   den_BxLxH = jnp.einsum("blhm,bhm->blh", phi_q_BxLxHxM, jnp.sum(phi_k_BxLxHxM, 1))
   den_BxLxH = jnp.where(den_BxLxH > TINY, den_BxLxH, 1.0)
+  if rotary:
+    phi_q_BxLxHxM = rotary_embedding(phi_q_BxLxHxM)
+    phi_k_BxLxHxM = rotary_embedding(phi_k_BxLxHxM)
+  kv_BxHxMxK = jnp.einsum("blhm,blhk->bhmk", phi_k_BxLxHxM, v_BxLxHxK.astype(jnp.float32))
+  num_BxLxHxK = jnp.einsum("blhm,bhmk->blhk", phi_q_BxLxHxM, kv_BxHxMxK)
   return (num_BxLxHxK / den_BxLxH[..., None]).astype(v_BxLxHxK.dtype)
 
 
 def favor_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, key_mask_BxL, w_MxK,
-                    kernel: str = "softmax"):
-  """Performer attention with projection matrix w_MxK (shared by all heads)."""
+                    kernel: str = "softmax", rotary: bool = False):
+  """Performer attention with projection matrix w_MxK (shared by all heads); `rotary`:
+  RoFormer's rotation of the features (linear_attention)."""
   if kernel == "softmax":
     phi_q, phi_k = stable_softmax_features(q_BxLxHxK, k_BxLxHxK, key_mask_BxL, w_MxK)
   elif kernel == "relu":
     phi_q, phi_k = relu_features(q_BxLxHxK, w_MxK), relu_features(k_BxLxHxK, w_MxK)
   else:
     raise ValueError(f"unknown performer kernel {kernel!r}; valid: {', '.join(KERNELS)}")
-  return linear_attention(phi_q, phi_k, v_BxLxHxK, key_mask_BxL)
+  return linear_attention(phi_q, phi_k, v_BxLxHxK, key_mask_BxL, rotary)
 
 
 @register("performer")
@@ -147,15 +165,29 @@ class PerformerAttention(HeadsMixer):
 
   SUBQUADRATIC = True
 
+  def check_settings(self) -> None:
+    super().check_settings()
+    if self.rotary and self.nb_features % 2:
+      s.fail(s.attention_key("nb_features"), self.nb_features,
+             "an even number with positions='rotary' (the features rotate in pairs)")
+
+  def carried_state(self, width: int, length: int) -> int:
+    """The sums phi(K)^T V (m x K) and phi(K)^T 1 (m) per head, H x m x (K + 1) for m
+    random features: one sum over the sequence (non-causal), read at every position."""
+    del width, length
+    return self.num_heads * self.nb_features * (self.head_dim + 1)
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+    # Unrotated projections: the rotation comes after the feature map (linear_attention).
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,
-                                                    self.dtype, self.rotary)(x_BxLxD)
+                                                    self.dtype)(x_BxLxD)
     if self.redraw and not deterministic:
       key = self.make_rng("dropout")
     else:
       key = jax.random.fold_in(jax.random.PRNGKey(self.seed), self.layer_index)
     w_MxK = random_features(key, int(self.nb_features), q_BxLxHxK.shape[-1],
                             orthogonal=self.orthogonal)
-    y_BxLxHxK = favor_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, w_MxK, self.kernel)
+    y_BxLxHxK = favor_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, mask_BxL, w_MxK, self.kernel,
+                                self.rotary)
     return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxLxHxK)

@@ -225,6 +225,12 @@ class ReformerAttention(HeadsMixer):
     if self.n_buckets % 2:
       s.fail(s.attention_key("n_buckets"), self.n_buckets, "an even integer >= 2")
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The whole cache, shared query-keys and values, 2 x length x qkv_dim: a query reads
+    n_hashes x 2 chunks, but which keys they hold depends on every key's bucket."""
+    del width
+    return 2 * length * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     # As QKVProjection, but one query-key projection, not two.

@@ -123,7 +123,9 @@ class RetNet(RecurrentMixer):
              "for the rotary positions")
     return key, value
 
-  def carried_state(self, width: int) -> int:
+  def carried_state(self, width: int, length: int) -> int:
+    """S (K x V) per head, per direction."""
+    del length  # a fixed-size state
     key, value = self.dims(width)
     return self.directions * self.num_heads * key * value
 

@@ -126,6 +126,12 @@ class S4D(SSMMixer):
              "an even integer >= 2 (N/2 conjugate pairs)")
     self.check_dt_range()
 
+  def carried_state(self, width: int, length: int) -> int:
+    """N/2 complex modes per channel (their conjugates implied): N numbers per channel, per
+    direction, width x N x directions; computed as the equal convolution, by FFT."""
+    del length
+    return (2 if self.bidirectional else 1) * width * self.state_size
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     _, length, width = x_BxLxD.shape

@@ -178,6 +178,11 @@ class S5(SSMMixer):
     c_HxP = as_complex(truncated_normal(key, (width, p, 2), variance))
     return as_pair(c_HxP @ jnp.asarray(v_PxN, jnp.complex64))
 
+  def carried_state(self, width: int, length: int) -> int:
+    """P/2 complex states (their conjugates implied): P numbers, per direction."""
+    del width, length
+    return (2 if self.bidirectional else 1) * self.state_size
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     width, p = x_BxLxD.shape[-1], self.state_size

@@ -62,6 +62,10 @@ class EncoderConfig:
                           "no final norm")
   reversible: bool = setting(False, Bool(), "reversible residual layers "
                              "(models/reversible.py): activation memory flat in depth")
+  # Arora et al. 2023/2024 (Zoology, Based): a short convolution before a mixer is what gives
+  # many linear-cost mixers their recall; this puts one before ANY mixer, as an ablation switch.
+  short_conv: int = setting(0, Int(0), "kernel of a depthwise causal convolution (with bias, "
+                            "no activation) over each block's mixer input; 0: none")
   # The switches below let a published config reproduce its authors' function (docs/recipes.md);
   # their defaults are LRA's.
   final_norm: bool = setting(True, Bool(), "a norm after the last pre-norm block (LRA's final "

@@ -113,6 +113,12 @@ class SinkhornAttention(HeadsMixer):
 
   SUBQUADRATIC = True
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The whole cache, 2 x length x qkv_dim: a query block reads its own block and a sorted
+    partner block, a soft mixture of every block (P @ K, P from every block's summary)."""
+    del width
+    return 2 * length * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxK = QKVProjection(self.num_heads, self.qkv_dim,

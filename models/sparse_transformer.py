@@ -135,6 +135,23 @@ class SparseTransformerAttention(HeadsMixer):
       s.fail(s.attention_key("combine"), self.combine,
              "'interleave' or 'merged' with one head ('heads' needs config.model.num_heads >= 2)")
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The keys and values a query reads, per head: A1 its block (l), A2 its column (strided,
+    ceil(L / l)) or every block's c summaries (fixed), both (merged, the overlap once) or as
+    `combine` gives them to heads and layers; 2 x keys x head_dim summed over the heads."""
+    del width
+    l, blocks = self.block_size, -(-length // self.block_size)
+    near = min(l, length)
+    far = min(blocks if self.pattern == "strided" else blocks * self.c, length)
+    both = min(l + (blocks - 1) * (1 if self.pattern == "strided" else self.c), length)
+    if self.combine == "merged":
+      keys = [both] * self.num_heads
+    elif self.combine == "interleave":
+      keys = [near if self.layer_index % 2 == 0 else far] * self.num_heads
+    else:  # the first ceil(H/2) heads A1, the rest A2
+      keys = [near] * (self.num_heads - self.num_heads // 2) + [far] * (self.num_heads // 2)
+    return 2 * sum(keys) * self.head_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype, self.rotary)(x_BxLxD)

@@ -137,6 +137,13 @@ class SynthesizerAttention(HeadsMixer):
       raise ValueError(f"synthesizer input length {length} exceeds the length {created} its "
                        f"synthetic logits were initialised for (the model's max length)")
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The values of every position (synthetic weights reach them all) and, with
+    mix_dot_product, the keys: (2 or 1) x length x qkv_dim. The synthetic logits are
+    parameters or come from the query alone: not carried."""
+    del width
+    return (2 if self.mix_dot_product else 1) * length * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     synthetic = self._synthetic_logits(x_BxLxD)

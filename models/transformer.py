@@ -38,7 +38,7 @@ def resolve_implementation(implementation: str, *, backend: str, dtype: str,
 
 
 def cudnn_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *, fallback,
-                    implementation: str = "cudnn"):
+                    implementation: str = "cudnn", causal: bool = False):
   """softmax_attention through cuDNN's fused kernel (jax.nn.dot_product_attention).
 
   The kernel takes padding as per-example key counts (a boolean mask would become an L x L
@@ -51,7 +51,7 @@ def cudnn_attention(q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_mask_BxM, *, fallback,
   positions_M = jnp.arange(key_mask_BxM.shape[1])
   trailing = jnp.all(key_mask_BxM == (positions_M[None, :] < lengths_B[:, None]))
   fused = lambda: jax.nn.dot_product_attention(
-      q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_value_seq_lengths=lengths_B,
+      q_BxLxHxK, k_BxMxHxK, v_BxMxHxK, key_value_seq_lengths=lengths_B, is_causal=causal,
       implementation=implementation)
   return jax.lax.cond(trailing & jnp.all(lengths_B > 0), fused, fallback)
 
@@ -77,6 +77,10 @@ class FullAttention(HeadsMixer):
   # may prefer larger chunks.
   query_chunk: int = s.setting(256, s.Int(1), 'queries per chunk of "chunked"')
   key_chunk: int = s.setting(256, s.Int(1), 'keys per chunk of "chunked"')
+  # Zoology's MQAR attention is causal (a language model's); LRA's is not. Causal, a CLS token
+  # in front sees only itself: pool with MEAN.
+  causal: bool = s.setting(False, s.Bool(), "each token attends to itself and earlier tokens "
+                           "only (a causal language model's attention)")
 
   def check_settings(self) -> None:
     super().check_settings()
@@ -89,6 +93,11 @@ class FullAttention(HeadsMixer):
   def SUBQUADRATIC(self) -> bool:  # noqa: N802  (the flag every mixer has)
     return self.implementation == "chunked"
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The key-value cache, 2 x length x qkv_dim: every key may be read (causal or not)."""
+    del width
+    return 2 * length * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     q, k, v = QKVProjection(self.num_heads, self.qkv_dim, self.dtype, self.rotary)(x_BxLxD)
@@ -98,12 +107,14 @@ class FullAttention(HeadsMixer):
     rng = self.attention_rng(deterministic)
     if implementation == "dense":
       y_BxLxHxK = softmax_attention(q, k, v, mask_BxL, dropout_rng=rng,
-                                    dropout_rate=self.dropout_rate)
+                                    dropout_rate=self.dropout_rate, causal=self.causal)
     elif implementation == "chunked":
       y_BxLxHxK = chunked_attention(q, k, v, mask_BxL, query_chunk=self.query_chunk,
                                     key_chunk=self.key_chunk, dropout_rng=rng,
-                                    dropout_rate=self.dropout_rate)
+                                    dropout_rate=self.dropout_rate, causal=self.causal)
     else:
-      y_BxLxHxK = cudnn_attention(q, k, v, mask_BxL, fallback=lambda: chunked_attention(
-          q, k, v, mask_BxL, query_chunk=self.query_chunk, key_chunk=self.key_chunk))
+      y_BxLxHxK = cudnn_attention(q, k, v, mask_BxL, causal=self.causal,
+                                  fallback=lambda: chunked_attention(
+                                      q, k, v, mask_BxL, query_chunk=self.query_chunk,
+                                      key_chunk=self.key_chunk, causal=self.causal))
     return OutputProjection(x_BxLxD.shape[-1], self.dtype)(y_BxLxHxK)

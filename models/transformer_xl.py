@@ -135,6 +135,16 @@ class TransformerXLAttention(HeadsMixer):
                        "biases; build the mixer through models.Encoder or set untie_biases")
     return self.shared()
 
+  def carried_state(self, width: int, length: int) -> int:
+    """The keys and values a query reads: its segment S and the memory M before it (both as
+    the layer caps them at this length), 2 x (S + M) x qkv_dim; the paper caches the memory
+    as M hidden states of the layer below, projected to keys and values here too."""
+    del width
+    seg = min(self.segment_len, length)
+    mem = self.segment_len if self.mem_len == -1 else self.mem_len
+    mem = min(mem, (-(-length // seg) - 1) * seg)
+    return 2 * (seg + mem) * self.qkv_dim
+
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     batch, length, dim = x_BxLxD.shape

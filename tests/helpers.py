@@ -19,11 +19,13 @@ from lra.testing import (array_shapes, compile_once, contract_mask,  # noqa: F40
 # test lengths (7, 13) span several blocks and are a multiple of none; a mixer missing here
 # runs with its defaults, so a new mixer is tested with no edit.
 TINY_SETTINGS = {
+    "based": dict(feature_dim=4, window=3, chunk_size=4),
     "bigbird": dict(block_size=4, num_random_blocks=1, num_extra_global=4),
     "deltanet": dict(chunk_size=4),
     "gated_deltanet": dict(chunk_size=4),
     "gla": dict(chunk_size=4, gate_low_rank_dim=4),
     "hgrn2": dict(chunk_size=4),
+    "hyena": dict(l_max=40, filter_order=8),
     "linformer": dict(k=4),
     "local": dict(block_size=4),
     "longformer": dict(window=4),

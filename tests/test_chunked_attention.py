@@ -157,7 +157,7 @@ def test_implementation_choice_and_errors():
     FullAttention(num_heads=HEADS, qkv_dim=DIM, dtype="bfloat16", implementation="cudnn")
 
   assert registry.default_settings("transformer") == dict(
-      implementation="dense", query_chunk=256, key_chunk=256)
+      implementation="dense", query_chunk=256, key_chunk=256, causal=False)
   with pytest.raises(SettingError, match="'dense', 'chunked', 'cudnn', 'auto'"):
     FullAttention(num_heads=HEADS, qkv_dim=DIM, implementation="flash")
   for bad in (0, -1, 2.5, True):

@@ -203,8 +203,8 @@ def test_settings_state_size_and_errors():
   assert registry.default_settings("deltanet") == dict(
       form="chunked", chunk_size=64, bidirectional=False, conv_kernel=4,
       allow_neg_eigval=False, use_gate=False, use_beta=True)
-  assert DeltaNet(num_heads=2).carried_state(8) == 2 * 4 * 4
-  assert DeltaNet(num_heads=4, bidirectional=True).carried_state(8) == 2 * 4 * 2 * 2
+  assert DeltaNet(num_heads=2).carried_state(8, 64) == 2 * 4 * 4
+  assert DeltaNet(num_heads=4, bidirectional=True).carried_state(8, 64) == 2 * 4 * 2 * 2
   for bad, match in ((dict(conv_kernel=0), "conv_kernel=0 .* >= 1"),
                      (dict(use_gate=1), "use_gate=1 .* True or False"),
                      (dict(use_beta="yes"), "use_beta='yes'"),
@@ -217,6 +217,6 @@ def test_settings_state_size_and_errors():
     with pytest.raises(SettingError, match=match):
       DeltaNet(**bad)
   with pytest.raises(SettingError, match="num_heads=3 .* a divisor of the model width 8"):
-    DeltaNet(num_heads=3).carried_state(8)
+    DeltaNet(num_heads=3).carried_state(8, 64)
   with pytest.raises(SettingError, match="head_dim"):
     registry.make("deltanet", dict(head_dim=4))

@@ -238,8 +238,9 @@ def test_settings_state_size_and_errors():
   assert registry.default_settings("gated_deltanet") == dict(
       form="chunked", chunk_size=64, bidirectional=False, conv_kernel=4,
       allow_neg_eigval=False, use_gate=True, expand_v=2)
-  assert GatedDeltaNet(num_heads=2).carried_state(8) == 2 * 4 * 8
-  assert GatedDeltaNet(num_heads=4, expand_v=1, bidirectional=True).carried_state(8) == 2 * 4 * 4
+  assert GatedDeltaNet(num_heads=2).carried_state(8, 64) == 2 * 4 * 8
+  both = GatedDeltaNet(num_heads=4, expand_v=1, bidirectional=True)
+  assert both.carried_state(8, 64) == 2 * 4 * 4
   for bad, match in ((dict(conv_kernel=0), "conv_kernel=0 .* >= 1"),
                      (dict(expand_v=1.5), "expand_v=1.5 .* >= 1"),
                      (dict(expand_v=0), "expand_v=0"),
@@ -252,6 +253,6 @@ def test_settings_state_size_and_errors():
     with pytest.raises(SettingError, match=match):
       GatedDeltaNet(**bad)
   with pytest.raises(SettingError, match="num_heads=3 .* a divisor of the model width 8"):
-    GatedDeltaNet(num_heads=3).carried_state(8)
+    GatedDeltaNet(num_heads=3).carried_state(8, 64)
   with pytest.raises(SettingError, match="use_beta"):
     registry.make("gated_deltanet", dict(use_beta=False))

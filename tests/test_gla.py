@@ -126,8 +126,8 @@ def test_fla_initialisation_and_state_size():
     assert abs(np.std(kernel) - 0.02) < 0.003 and abs(np.mean(kernel)) < 0.003
   np.testing.assert_array_equal(p["gk_proj_up"]["bias"], np.zeros((4, 8)))
   np.testing.assert_array_equal(p["output"]["norm"]["scale"], np.ones(16))
-  assert mixer.carried_state(width) == 4 * 8 * 16
-  assert GLA(num_heads=4, bidirectional=True).carried_state(width) == 2 * 4 * 8 * 16
+  assert mixer.carried_state(width, 64) == 4 * 8 * 16
+  assert GLA(num_heads=4, bidirectional=True).carried_state(width, 64) == 2 * 4 * 8 * 16
 
 
 def test_settings_and_errors():

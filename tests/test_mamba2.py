@@ -193,8 +193,8 @@ def test_official_initialisation():
     assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.9 * bound
   out = np.asarray(p["out_proj"]["kernel"])  # / sqrt(num_layers): _init_weights
   assert np.abs(out).max() <= inner ** -0.5 / 2 and abs(np.var(out) * 3 * inner * 4 - 1) < 0.1
-  assert mixer.carried_state(width) == heads * 8 * n
-  assert Mamba2(bidirectional=True).carried_state(width) == 2 * inner * 128
+  assert mixer.carried_state(width, 64) == heads * 8 * n
+  assert Mamba2(bidirectional=True).carried_state(width, 64) == 2 * inner * 128
 
 
 def test_optimizer_group_takes_a_log_d_and_dt_bias():

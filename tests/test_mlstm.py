@@ -186,8 +186,8 @@ def test_settings_state_size_and_errors():
       proj_factor=2, conv_kernel=4, qkv_blocksize=4, form="chunked", chunk_size=64,
       bidirectional=False)
   key = 2 * WIDTH // HEADS
-  assert _mixer().carried_state(WIDTH) == HEADS * (key * key + key + 1)
-  assert _mixer(bidirectional=True).carried_state(WIDTH) == 2 * HEADS * (key * key + key + 1)
+  assert _mixer().carried_state(WIDTH, 64) == HEADS * (key * key + key + 1)
+  assert _mixer(bidirectional=True).carried_state(WIDTH, 64) == 2 * HEADS * (key * key + key + 1)
   for bad, match in ((dict(proj_factor=0), "proj_factor=0 .* >= 1"),
                      (dict(conv_kernel=0), "conv_kernel=0 .* >= 1"),
                      (dict(qkv_blocksize=1.5), "qkv_blocksize=1.5"),

@@ -1,5 +1,6 @@
 """Performer (FAVOR+) mixer against independent references: the kernel it estimates, exact
-softmax attention, and the quadratic form of its own features."""
+softmax attention, and the quadratic form of its own features (plain, and with RoFormer's
+rotary positions for kernel attention, Su et al. 2021, eq. 19)."""
 import functools
 
 import jax
@@ -12,7 +13,9 @@ import lra.models.performer  # registers "performer" even before models/__init__
 from lra.models import registry, transformer
 from lra.models.performer import (PerformerAttention, favor_attention, positive_features,
                                random_features)
-from tests.helpers import masked_softmax_attention, random_mask, run_once as _run
+from lra.rules import SettingError
+from tests.helpers import masked_softmax_attention, random_mask, run_once as _run, tiny_model
+from tests.test_linear_transformer import rotate
 
 
 def test_kernel_estimate_is_unbiased():
@@ -94,8 +97,10 @@ def _setup(kernel="softmax", nb_features=16, seed=0, layer_index=0, **kw):
   return rng, x, mask, mixer, _params(seed)
 
 
-def _quadratic_reference(params, x_BxLxD, mask_BxL, w_MxK, kernel):
-  """Features written out from the definitions, the L x L kernel matrix, row-normalised."""
+def _quadratic_reference(params, x_BxLxD, mask_BxL, w_MxK, kernel, rotary=False):
+  """Features written out from the definitions, the L x L kernel matrix, row-normalised.
+  Rotary (RoFormer eq. 19): the numerator's kernel (R_i phi(q_i)).(R_j phi(k_j)), the
+  normaliser's unrotated."""
   p = params["params"]
   wq, wk, wv = (p["QKVProjection_0"][n]["kernel"] for n in ("query", "key", "value"))
   wo, bo = p["OutputProjection_0"]["out"]["kernel"], p["OutputProjection_0"]["out"]["bias"]
@@ -110,6 +115,8 @@ def _quadratic_reference(params, x_BxLxD, mask_BxL, w_MxK, kernel):
 
   a = phi(q) @ jnp.swapaxes(phi(k), -1, -2) * mask_BxL[:, None, None, :]
   total = jnp.sum(a, -1, keepdims=True)
+  if rotary:
+    a = rotate(phi(q)) @ jnp.swapaxes(rotate(phi(k)), -1, -2) * mask_BxL[:, None, None, :]
   heads = (a @ v) / jnp.where(total > 0, total, 1.0)  # ReLU rows may have no feature on
   return jnp.einsum("bhlk,hkd->bld", heads, wo) + bo[None, None, :]
 
@@ -128,6 +135,35 @@ def test_matches_own_quadratic_form():
                             for m in (mixer, relu)], params, x)
   for out, ref in outs:
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+def test_rotary_matches_roformers_kernel_attention(kernel):
+  """Rotated features in the numerator, unrotated normaliser: outputs and gradients (of the
+  parameters and the inputs) against the quadratic form, at the real positions."""
+  rng, x, mask, mixer, params = _setup(kernel=kernel, seed=3, layer_index=2, rotary=True)
+  w_MxK = random_features(jax.random.fold_in(jax.random.PRNGKey(3), 2), 16, 4)
+  cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
+  real = lambda y: jnp.where(mask[..., None], y, 0.0)
+
+  def run(p, x):
+    apply = lambda p, x: real(mixer.apply(p, x, mask, deterministic=True))
+    reference = lambda p, x: real(_quadratic_reference(p, x, mask, w_MxK, kernel, rotary=True))
+    (out, pullback), (ref, ref_pullback) = jax.vjp(apply, p, x), jax.vjp(reference, p, x)
+    return out, ref, pullback(cotangent), ref_pullback(cotangent)
+
+  out, ref, grads, ref_grads = _run(run, params, x)
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+  for g, r in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
+    assert np.all(np.isfinite(g))
+    np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-4)
+
+
+def test_rotary_needs_an_even_number_of_features():
+  model = tiny_model("performer", positions="rotary", attention={"nb_features": 7})
+  with pytest.raises(SettingError, match=r"nb_features=7 is not valid: an even number with "
+                                         r"positions='rotary'"):
+    models.build(model, vocab_size=9, num_classes=2, max_len=12, pair=False)
 
 
 def test_redraw_in_training_fixed_in_evaluation():

@@ -128,8 +128,8 @@ def test_fla_initialisation_and_state_size():
       [p["output"]["o_proj"]["kernel"]]:
     assert abs(np.std(kernel) - 0.02) < 0.002 and abs(np.mean(kernel)) < 0.002
   np.testing.assert_array_equal(p["output"]["norm"]["scale"], np.ones(32))
-  assert mixer.carried_state(width) == 4 * 16 * 32
-  assert RetNet(num_heads=4, bidirectional=True).carried_state(width) == 2 * 4 * 16 * 32
+  assert mixer.carried_state(width, 64) == 4 * 16 * 32
+  assert RetNet(num_heads=4, bidirectional=True).carried_state(width, 64) == 2 * 4 * 16 * 32
 
 
 def test_settings_and_errors():

@@ -2,6 +2,7 @@
 
   python eval.py accuracy runs/ [--speed=eval_out/speed.json] [--out=eval_out] [--all_paper_rows]
   python eval.py curves runs/listops_a runs/listops_b [--out=eval_out]
+  python eval.py recall runs/mqar [--out=eval_out]
   python eval.py speed [--models=transformer] [--lengths=1024,2048,3072,4096] [--batch=32]
                        [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
                        [--config.model.KEY=VALUE ...] [--import=MODULE ...]
@@ -10,9 +11,13 @@
 accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json; a chart that would be
 empty is skipped, in one line that says why and which --average or measurement would draw it):
 the paper's rows of the models that ran (`--all_paper_rows`: every model of the paper), each
-cell's runs at chance (lra.reporting.chance) and each row's tested checkpoint. `curves`
-draws curves.png: train and validation loss and accuracy against step from each run's
-metrics.jsonl, a line per run (a run in its model's colour of every chart). `speed` measures
+cell's runs at chance (lra.reporting.chance) and each row's tested checkpoint; where the runs
+hold a grid's --sweep, the sweeps' table (the point chosen on validation, the spread) and
+sweep_KEY.png per swept key (lra.reporting.sweeps, sweep_chart). `curves` draws curves.png: train and validation loss and accuracy against step from each run's
+metrics.jsonl, a line per run (a run in its model's colour of every chart). `recall` draws
+recall.png and writes recall.{md,json}: MQAR test accuracy against the state the model carries
+across positions (results.json's carried_state), a line per model over its widths, each point
+the best-on-validation run of its sweep (lra.reporting.recall). `speed` measures
 the real train step of every model at every length in --repeats interleaved rounds (each
 round every cell once, in turn, each time in a fresh process), and writes speed.{md,csv,json}
 (the median with the min-max over the rounds; every round's figure in the JSON) and
@@ -81,7 +86,7 @@ def _warn(warnings: list[str]) -> None:
 
 
 def _accuracy(args) -> None:
-  from lra.reporting import charts
+  from lra.reporting import charts, sweep_chart
   plugins.import_modules(args.imports)  # a module that cannot be imported is refused here too
   _writable_folder(args.out)
   for path in args.runs:  # a typo must not silently leave a folder of runs out
@@ -101,6 +106,8 @@ def _accuracy(args) -> None:
   table, text = accuracy.write_tables(found, args.out, paper_configs,
                                       all_paper_rows=args.all_paper_rows)
   print(text)
+  for swept in sweep_chart.write_charts(table, args.out):  # accuracy against each swept key
+    print(f"wrote {swept}")
   chart = paths.resolve(args.out) / "bubble.png"
   if measured is not None and why is None:
     _bubble(charts, chart, table, found, measured, args.average)
@@ -140,6 +147,22 @@ def _curves(args) -> None:
   charts.curves_chart(path, found, curves.PANELS,
                       f"Training curves ({len(found)} run{'s' * (len(found) > 1)})", models)
   print(f"wrote {args.out}/curves.png ({', '.join(found)})")
+
+
+def _recall(args) -> None:
+  from lra.reporting import recall
+  _writable_folder(args.out)
+  for path in args.runs:  # a typo must not silently leave a folder of runs out
+    if not paths.resolve(path).exists():
+      raise UserError(f"{path}: no such run directory or folder; nothing written")
+  warnings: list[str] = []
+  points, text = recall.write_recall(args.runs, args.out, warnings)
+  _warn(warnings)
+  if not points:
+    raise UserError(f"no finished MQAR run with a recorded carried_state under "
+                    f"{', '.join(args.runs)}; nothing written")
+  print(text)
+  print(f"wrote {args.out}/recall.{{md,json,png}}")
 
 
 def _positive(args, names: tuple[str, ...]) -> None:
@@ -277,6 +300,10 @@ def parser() -> argparse.ArgumentParser:
   c.add_argument("runs", nargs="+", help="run directories (each with its metrics.jsonl)")
   c.add_argument("--out", default="eval_out")
   c.set_defaults(run=_curves)
+  r = sub.add_parser("recall", help="MQAR accuracy against state size (Zoology's Figure 2)")
+  r.add_argument("runs", nargs="+", help="MQAR run directories, or folders holding them")
+  r.add_argument("--out", default="eval_out")
+  r.set_defaults(run=_recall)
   s = sub.add_parser("speed", help="steps/s and memory of the train step against length")
   s.add_argument("--models", default="", help="comma separated (grid aliases such as "
                  "mega_chunk too); default every registered model")

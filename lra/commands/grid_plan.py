@@ -1,8 +1,9 @@
-"""The grid's plan for python -m lra.commands.leaderboard: its runs (cells x seeds, and the
-stages of a protocol), their workdirs and train.py commands, and the SLURM script of them. Every
-config is loaded and every --config.KEY override checked here, so a mistake is one line before
-anything runs; `check_runs` then checks every run's settings as its train.py will (in a child
-process: `python -m lra.commands.grid_plan`). The running, skipping and the table are
+"""The grid's plan for python -m lra.commands.leaderboard: its runs (cells x seeds x the
+points of a --sweep, lra.commands.sweep_axis, and the stages of a protocol), their workdirs
+and train.py commands, and the SLURM script of them. Every config is loaded and every
+--config.KEY override (and swept value) checked here, so a mistake is one line before anything
+runs; `check_runs` then checks every run's settings as its train.py will (in a child process:
+`python -m lra.commands.grid_plan`). The running, skipping and the table are
 lra.commands.leaderboard's."""
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import sys
 
 from lra.configs.published.mega import CHUNK_SIZES
 from lra import cli, paths, plugins, rules
+from lra.commands import sweep_axis
 from lra.locations import INSTALLED, PACKAGE_ROOT
 from lra.errors import UserError, run_command
 
@@ -56,6 +58,7 @@ class Run:
   expect: tuple[tuple[str, object], ...]  # recorded config values a finished run must have
   after: str = ""              # the workdir of the run that must finish first (a pretraining)
   items: tuple[tuple[str, str], ...] = ()  # its --config.KEY=VALUE overrides, in order
+  point: str = ""              # its sweep point's folder name (lra.commands.sweep_axis)
 
   @property
   def denoise(self) -> bool:
@@ -64,7 +67,10 @@ class Run:
 
   @property
   def name(self) -> str:
-    return f"{self.task}/{os.path.basename(self.workdir)}"
+    folder = os.path.basename(self.workdir)
+    if self.point:  # in its cell's MODEL-PRESET[_seedN]_sweep folder
+      folder = f"{os.path.basename(os.path.dirname(self.workdir))}/{folder}"
+    return f"{self.task}/{folder}"
 
 
 def _names(text: str, flag: str, valid: list[str], every: list[str] | None = None) -> list[str]:
@@ -156,9 +162,10 @@ def alias_settings(model: str, task: str) -> tuple[str, list[tuple[str, str]]]:
   return mixer, list(found.items())
 
 
-def _cell_settings(task: str, model: str, preset: str, sets: list
-                   ) -> tuple[int, list[tuple[str, str]]]:
-  """(num_train_steps, the (key, value) overrides) of one cell, each key checked first."""
+def _cell_settings(task: str, model: str, preset: str, sets: list, axis: list
+                   ) -> tuple[int, list[tuple[str, str]], tuple[sweep_axis.Point, ...]]:
+  """(num_train_steps, the (key, value) overrides, the sweep's points) of one cell, each key
+  and swept value checked first."""
   mixer, extra = alias_settings(model, task)
   config = _config(task, mixer, preset)
   # A scoped value overrides the plain one; a @TASK and a @MODEL value, equally specific,
@@ -176,7 +183,8 @@ def _cell_settings(task: str, model: str, preset: str, sets: list
                       f"key {key!r} (see configs/base.py and configs/{task}.py); a key that "
                       f"only some runs have takes a scope: {cli.PREFIX}KEY@TASK=VALUE or "
                       f"{cli.PREFIX}KEY@MODEL=VALUE")
-  return config.num_train_steps, mine
+  return config.num_train_steps, mine, sweep_axis.points(axis, config, [k for k, _ in mine],
+                                                         f"{task}/{model}")
 
 
 def plan(args) -> list[Run]:
@@ -207,21 +215,24 @@ def plan(args) -> list[Run]:
   if paths.resolve(args.root).exists() and not paths.resolve(args.root).is_dir():
     raise UserError(f"--root={args.root} is a file; name a folder for the runs")
   train, configs = _script_paths()
-  cells = [(task, model, _cell_settings(task, model, args.preset, sets))
+  axis = sweep_axis.parse(getattr(args, "sweep", None) or [])
+  cells = [(task, model, _cell_settings(task, model, args.preset, sets, axis))
            for task in tasks for model in models]
   runs = []
-  for seed, (task, model, (steps, mine)) in itertools.product(seeds, cells):
+  for seed, (task, model, (steps, mine, points)) in itertools.product(seeds, cells):
     mine = mine + ([("seed", str(seed))] if seed is not None else [])
     config = f"--config={configs}/{task}.py:{ALIASES.get(model, (model,))[0]}" + PRESETS[
         args.preset]
-    for workdir, stage, after in _stages(args.protocol,
-                                         _workdir(args.root, task, model, args.preset, seed)):
-      items = mine + stage
-      expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in items}}
-      command = ("python", *train, *imports, config, f"--workdir={workdir}",
-                 *(f"--config.{k}={v}" for k, v in items), *allow)
-      runs.append(Run(task, model, workdir, command, tuple(expect.items()), after,
-                      tuple(items)))
+    cell = _workdir(args.root, task, model, args.preset, seed)
+    for point in points:  # one without --sweep
+      for workdir, stage, after in _stages(args.protocol, sweep_axis.workdir(cell, point)):
+        items = mine + list(point.items) + stage
+        expect = {"num_train_steps": steps, **{key: _literal(value) for key, value in items},
+                  **dict(point.expect)}  # as the field's type reads it
+        command = ("python", *train, *imports, config, f"--workdir={workdir}",
+                   *(f"--config.{k}={v}" for k, v in items), *allow)
+        runs.append(Run(task, model, workdir, command, tuple(expect.items()), after,
+                        tuple(items), point.name))
   return runs
 
 

@@ -2,7 +2,8 @@
 
   python -m lra.commands.leaderboard --models=transformer,performer --tasks=listops,image
       --preset=cpu [--root=runs/leaderboard] [--config.KEY=VALUE ...] [--seeds=0,1,2]
-      [--import=MODULE ...] [--print_commands] [--slurm=FILE]
+      [--sweep=KEY[,KEY...]=V1,V2,... ...] [--import=MODULE ...] [--print_commands]
+      [--slurm=FILE]
 
 Each (task, model) is one `python train.py --config=configs/TASK.py:MODEL[,PRESET]
 --workdir=ROOT/TASK/MODEL[-PRESET]` run in its own process, one after another: a finished run
@@ -32,6 +33,14 @@ rotary positions in place of sinusoidal ones.
 data.seed), all cells of one seed first, in the workdir MODEL[-PRESET]_seedN (seed 0: the name
 without --seeds); the table gives each cell's mean +- std over its seeds and how many of
 them are at chance (`2/5 at chance`, docs/eval.md).
+--sweep=KEY=V1,V2,... (repeatable; several flags make their product; KEY any config key, e.g.
+learning_rate, model.emb_dim; values read as the key's type; linked keys that move together,
+a parenthesised value per key and point: --sweep=model.emb_dim,model.qkv_dim=(16,16),(32,32)):
+every cell (and seed) once per point, in the workdir
+MODEL[-PRESET][_seedN]_sweep/KEY=VALUE,KEY=VALUE (every key; lra.commands.sweep_axis); the
+table takes each cell's point of best validation accuracy (per seed), names it and gives the
+spread over the sweep, and draws accuracy against each swept key, or linked keys
+(lra.reporting.sweeps).
 --protocol=spt: every cell (and seed) is two runs, in order: a denoise pretraining on its
 training inputs (--config.objective=denoise, workdir MODEL[-PRESET][_seedN]_pretrain), then a
 fine-tune from its encoder (--config.init_from=that workdir, workdir ..._spt), which runs only
@@ -224,8 +233,11 @@ def write_table(root: str) -> None:
     _say(f"no finished run under {root}: no table written")
     return
   out = paths.resolve(root) / "table"
-  _, text = accuracy.write_tables(found, out, paper_configs)
+  table, text = accuracy.write_tables(found, out, paper_configs)
   _say(f"{text}\nwrote the accuracy table of {root}: {out}/accuracy.{{md,csv,json}}")
+  from lra.reporting import sweep_chart
+  for chart in sweep_chart.write_charts(table, out):  # accuracy against each swept key
+    _say(f"wrote {chart}")
 
 
 def _summary(outcome: dict, total: int, seconds: float) -> None:
@@ -279,6 +291,10 @@ def parser() -> argparse.ArgumentParser:
                       "within w tokens only) to --models")
   p.add_argument("--seeds", metavar="0,1,2",
                  help="run every cell once per seed (config.seed); the table: mean +- std")
+  p.add_argument("--sweep", action="append", default=[], metavar="KEY[,KEY...]=V1,V2,...",
+                 help="run every cell once per value (repeatable: the product); linked keys "
+                      "move together: KEY1,KEY2=(V1a,V2a),(V1b,V2b); the table takes each "
+                      "cell's best point on validation")
   p.add_argument("--protocol", default="scratch", metavar="scratch|spt",
                  help="spt: each cell is a denoise pretraining, then a fine-tune from it")
   plugins.add_flag(p, ", passed on to every run")

@@ -7,7 +7,7 @@ import numpy as np
 
 from lra import paths
 from lra.data.tasks import FACTS
-from lra.reporting import chance, comparable, files, markdown, seeds
+from lra.reporting import chance, comparable, files, markdown, seeds, sweeps
 from lra.reporting.numbers import pct
 from lra.reporting.results import CHECKPOINT_RULE, CHOICE_RULE, checkpoint_rule
 from lra.reporting.paper import (PAPER_ACCURACY, PAPER_AVG5, PAPER_MODELS, PATHX_FAIL_SCORE,
@@ -63,6 +63,7 @@ def _provenance(result: dict) -> dict:
       "hardware": _hardware_summary(result.get("hardware") or {}),
       "superseded": list(result.get("superseded", [])),
       "tested_checkpoint": result.get("tested_checkpoint"),
+      "sweep": result.get("sweep"),  # the points of a --sweep and the one chosen (sweeps.py)
       # Each seed's run of a pooled cell ([] for one run), judged as one run is.
       "seeds": [{**{k: v for k, v in s.items() if k != "test_majority_rate"},
                  "test_accuracy": pct(s["test_accuracy"]),
@@ -241,16 +242,22 @@ def write_tables(results: list[dict], out, references: comparable.References,
                  all_paper_rows: bool = False) -> tuple[dict, str]:
   """Writes the accuracy table of these runs as accuracy.md, .csv and .json into the folder
   `out` (local or a URL such as gs://bucket/eval), each file whole: the one way eval.py accuracy
-  and lra.commands.leaderboard write it. The paper's rows of the models that ran (`all_paper_rows`: of
-  every model in the paper). Returns (the table, its markdown)."""
+  and lra.commands.leaderboard write it. The paper's rows of the models that ran
+  (`all_paper_rows`: of every model in the paper); the sweeps' table under them where a cell
+  was chosen among the points of a --sweep (lra.reporting.sweeps). Returns (the table, its
+  markdown)."""
   from lra.reporting import beyond  # runs of tasks beyond LRA (MQAR): a table under LRA's
   table = accuracy_table(results, references=references, include_paper_models=all_paper_rows)
   extra = beyond.beyond_table(results, references=references, cell=_ours,
                              provenance=_provenance)
-  text = "\n".join(([markdown.accuracy_markdown(table)] if table["rows"] else []) +
-                   ([beyond.beyond_markdown(extra)] if extra else []))
   if extra:
     table["beyond"] = extra
+  swept = sweeps.sweep_rows(table)  # the cells chosen among the points of a --sweep
+  text = "\n".join(([markdown.accuracy_markdown(table)] if table["rows"] else []) +
+                   ([beyond.beyond_markdown(extra)] if extra else []) +
+                   ([sweeps.sweep_markdown(swept)] if swept else []))
+  if swept:
+    table["sweeps"] = swept
   folder = paths.resolve(out)
   paths.write_text(folder / "accuracy.md", text + "\n")
   files.write_csv(folder / "accuracy.csv", accuracy_rows(table) + beyond.beyond_rows(extra))

@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 from lra import paths
-from lra.reporting import comparable, seeds
+from lra.reporting import comparable, seeds, sweeps
 from lra.reporting.numbers import finite
 from lra.reporting.paper import EXTRA_TASKS, FROM_CLASSIFY, FROM_RUN, SPT, TASKS
 from lra.rules import is_int, is_real
@@ -148,9 +148,9 @@ def run_label(result: dict) -> str:
   return name
 
 
-def _read(workdirs: list[str], warnings: list[str]) -> list[dict]:
-  """Every valid results.json under the folders, with "workdir", "mixer" and the table's
-  "model"; a broken one is a warning."""
+def read_results(workdirs: list[str], warnings: list[str]) -> list[dict]:
+  """Every valid results.json under the folders (runs, parents of runs or the files), with
+  "workdir", "mixer" and the table's "model"; a broken one is a warning."""
   found = []
   for workdir in workdirs:
     for file in _find_results(workdir, warnings):
@@ -197,19 +197,21 @@ def collect_results(workdirs: list[str], warnings: list[str] | None = None, *,
   Problems (missing results, unreadable or impossible files, unknown tasks, duplicate runs)
   are appended to `warnings` (the caller prints them) instead of raised, one line per file,
   so one broken run does not hide the others. Runs of one (model, task) that differ only in
-  the seed are pooled (lra.reporting.seeds: their mean, and "seeds"); of several runs or sets
-  that differ in more, one is kept by CHOICE_RULE (paper-comparable: against the configs
-  `references` makes); it gets "workdir" and, when it won a choice, "superseded" (the other
-  run directories).
+  the seed are pooled (lra.reporting.seeds: their mean, and "seeds"), the points of a sweep
+  give the point chosen on validation per seed (lra.reporting.sweeps: "sweep"); of several
+  runs or sets that differ in more, one is kept by CHOICE_RULE (paper-comparable: against the
+  configs `references` makes); it gets "workdir" and, when it won a choice, "superseded" (the
+  other run directories).
   """
   warnings = [] if warnings is None else warnings
   cells: dict[tuple[str, str], list[dict]] = {}
-  for result in _read(workdirs, warnings):
+  for result in read_results(workdirs, warnings):
     cells.setdefault((result["model"], result["task"]), []).append(result)
   kept = []
   for runs in cells.values():
+    swept, runs = sweeps.split(runs)  # the grid's --sweep points: one result per sweep
     pooled = [seeds.pool([_keep(repeats, references, warnings)
                           for repeats in seeds.by_seed(group)])
-              for group in seeds.groups(runs)]
+              for group in seeds.groups(runs)] + [sweeps.sweep_result(s) for s in swept]
     kept.append(_keep(pooled, references, warnings))
   return sorted(kept, key=lambda r: (r["model"], r["task"]))

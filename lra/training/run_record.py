@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 from lra import hardware, provenance
+from lra.models.encoder import make_mixer
 
 
 def describe_hardware() -> dict[str, Any]:
@@ -26,6 +27,24 @@ def parameter_count(params) -> int:
   statistics are not parameters and are not counted)."""
   return int(sum(np.prod(leaf.shape, dtype=np.int64)
                  for leaf in jax.tree_util.tree_leaves(params)))
+
+
+def carried_state(model) -> dict[str, Any] | None:
+  """results.json's "carried_state": the numbers per sequence that each layer's mixer carries
+  from one position to the next (Mixer.carried_state) at the model's width and longest input,
+  and their sum over the layers (Zoology's state size, which counts numbers x 4 bytes); per
+  document on a pair task. None for a mixer that does not declare it."""
+  encoder = model.encoder
+  config = encoder.config
+  length = encoder.max_len + int(config.use_cls)
+  # Each layer's mixer as its block builds it (a mixer may differ by layer_index).
+  layers = [make_mixer(encoder.mixer, encoder.settings, config, layer_index=i,
+                       length=length).carried_state(config.emb_dim, length)
+            for i in range(config.num_layers)]
+  if any(n is None for n in layers):
+    return None
+  return {"per_layer": [int(n) for n in layers], "total": int(sum(layers)),
+          "width": config.emb_dim, "length": length}
 
 
 def describe(state) -> dict[str, Any]:
