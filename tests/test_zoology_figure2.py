@@ -25,6 +25,8 @@ def test_the_papers_grid():
   gpu = script.SCALES["gpu"]
   assert gpu["points"] == ((64, 4, 512), (128, 8, 512), (256, 16, 256))
   assert gpu["widths"] == (64, 128, 256, 512)
+  assert gpu["models"] == script.MODELS and script.SCALES["cpu"]["models"] == (
+      "transformer", "based", "hyena", "mamba", "s5")
   assert gpu["learning_rates"] == pytest.approx((1e-4, 4.642e-4, 2.154e-3, 1e-2), rel=1e-3)
   command = script.point_command(gpu, gpu["points"][2], ["transformer", "hyena", "s5"], "r")
   assert "--config.num_train_steps=25000" in command  # 64 epochs of 100,000 at batch 256
@@ -39,7 +41,7 @@ def test_every_cpu_command_is_a_valid_grid(monkeypatch, capsys):
   monkeypatch.chdir(ROOT)
   script = _script()
   cpu = script.SCALES["cpu"]
-  models = list(script.MODELS)
+  models = list(script.MODELS)  # every model the GPU grid runs, the CPU's five among them
   for point in cpu["points"]:
     command = script.point_command(cpu, point, models, "runs/figure2_cpu")
     assert command[1:3] == ["-m", "lra.commands.leaderboard"]
