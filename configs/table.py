@@ -206,14 +206,15 @@ def _length(c) -> int:
 def _follow_the_task(c) -> None:
   """Settings that follow the task's sequence: Hyena's `l_max` (its filter's time scale and
   table, Zoology's Figure 2: the input length) is the longest sequence, CLS token included;
-  Based cycles its layer kinds (conv, linear attention, window) by layer, so the one-layer
-  tasks (Image, Pathfinder, Path-X) would give it a convolution alone: they give it two layers,
-  Figure 2's conv and linear attention."""
+  and a mixer gets at least its MIN_LAYERS blocks (Based, whose kinds cycle by layer, two on the
+  one-layer tasks Image, Pathfinder and Path-X: Figure 2's conv and linear attention, not a
+  convolution alone)."""
   keys = []
   if "l_max" in registry.default_settings(c.model.name):
     c.model.attention.l_max = _length(c) + int(c.model.use_cls)
     keys.append("model.attention.l_max")
-  if c.model.name == "based" and c.model.num_layers < 2:
-    c.model.num_layers = 2
+  fewest = registry.get(c.model.name).MIN_LAYERS
+  if c.model.num_layers < fewest:
+    c.model.num_layers = fewest
     keys.append("model.num_layers")
   sources.note(c, sources.TASK_TABLE, keys)

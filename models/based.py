@@ -222,6 +222,9 @@ class Based(HeadsMixer):
   # Zoology's Based models have no position embeddings (max_position_embeddings 0): the conv
   # layers and the window give order.
   ENCODER_SETTINGS = {"positions": "none"}
+  # Its kinds cycle by layer: one layer would be BaseConv alone, two are Figure 2's conv and
+  # linear attention.
+  MIN_LAYERS = 2
 
   def check_settings(self) -> None:
     super().check_settings()

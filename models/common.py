@@ -42,6 +42,8 @@ class Mixer(nn.Module):
       of each condition their encoder settings meet (registry.settings_when).
     `OPTIMIZER_GROUP` (()): leaf names of the parameters trained apart, at
       config.ssm_learning_rate without weight decay (lra/training/optim.py).
+    `MIN_LAYERS` (1): the fewest encoder blocks the mixer is itself in (a mixer whose kinds
+      cycle by layer needs one of each); configs give it at least this many (configs/table.py).
 
   Hooks (override them; call super() in check_settings):
     `make_shared(settings, **encoder_fields)` (None): a classmethod making the module whose
@@ -72,6 +74,7 @@ class Mixer(nn.Module):
   ENCODER_SETTINGS = {}
   SETTINGS_WHEN = ()
   OPTIMIZER_GROUP = ()
+  MIN_LAYERS = 1
 
   def __post_init__(self):
     self.check_settings()
