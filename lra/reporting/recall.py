@@ -55,7 +55,7 @@ def _state(result: dict) -> dict | None:
 
 def read_runs(workdirs: list[str], warnings: list[str]) -> list[dict]:
   """Every finished MQAR run under `workdirs` that recorded its carried state, with "workdir"
-  and "label" (its row name); a run that cannot be read or drawn is a line in `warnings`."""
+  and "model" (its row name, results.read_results); a run that cannot be read or drawn is a line in `warnings`."""
   runs = []
   for result in results.read_results(workdirs, warnings):
     if result["task"] != "mqar":
@@ -65,7 +65,7 @@ def read_runs(workdirs: list[str], warnings: list[str]) -> list[dict]:
                       "results.json recorded it, or a mixer that does not declare "
                       "Mixer.carried_state); left out of the recall chart")
       continue
-    runs.append({**result, "label": result["model"]})
+    runs.append(result)
   return runs
 
 
@@ -86,7 +86,7 @@ def recall_points(runs: list[dict]) -> list[dict]:
   groups: dict[tuple, list[dict]] = {}
   for r in runs:
     state = _state(r)
-    groups.setdefault((_data_point(r), r["label"], state["width"], state["total"]), []
+    groups.setdefault((_data_point(r), r["model"], state["width"], state["total"]), []
                       ).append(r)
   points = []
   for (data, model, width, total), group in groups.items():
