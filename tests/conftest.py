@@ -40,6 +40,19 @@ def _running_test(request):
 
 
 @pytest.fixture(autouse=True)
+def _cheap_compiles_unless_slow(request):
+  """A default test compiles many tiny programs (op by op too) and runs each once or twice:
+  XLA's expensive passes cost more than they save, as for the commands a test starts
+  (tests/commands.py FAST_COMPILE). A slow test trains for longer and keeps them."""
+  if request.node.get_closest_marker("slow") is not None:
+    yield
+    return
+  from lra import testing
+  with testing.cheap_compiles():
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _one_device_unless_sharding(request, monkeypatch):
   """trainer.make_mesh() (the trainer's default: all devices) takes the first device only,
   unless the test is marked `sharding`: an 8-way program of a test that does not test

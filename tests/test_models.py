@@ -32,16 +32,17 @@ def test_full_attention_matches_reference(length):
   x = jnp.asarray(rng.normal(size=(3, length, 12)), jnp.float32)
   mask = jnp.asarray(random_mask(rng, 3, length))
   mixer = transformer.FullAttention(num_heads=3, qkv_dim=12)
+  # Jitted: op by op, each of some 120 primitives compiles alone (about 4 s a length).
   params = mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
-  out = mixer.apply(params, x, mask, deterministic=True)
-  ref = projected_attention(params, x, mask[:, None, None, :])
+  out = jax.jit(lambda p, x: mixer.apply(p, x, mask, deterministic=True))(params, x)
+  ref = jax.jit(lambda p, x: projected_attention(p, x, mask[:, None, None, :]))(params, x)
   np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
 
   weights = jnp.asarray(rng.normal(size=out.shape), jnp.float32)
   loss = lambda p, x: jnp.sum(mixer.apply(p, x, mask, deterministic=True) * weights)
   ref_loss = lambda p, x: jnp.sum(projected_attention(p, x, mask[:, None, None, :]) * weights)
-  grads = jax.grad(loss, argnums=(0, 1))(params, x)
-  ref_grads = jax.grad(ref_loss, argnums=(0, 1))(params, x)
+  grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(params, x)
+  ref_grads = jax.jit(jax.grad(ref_loss, argnums=(0, 1)))(params, x)
   for g, r in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grads)):
     np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
 
@@ -61,21 +62,22 @@ def test_encoder_shapes_and_padding_invariance(pooling, use_cls, positions):
   mask = random_mask(rng, 4, 20, full_first=False)
   tokens = np.where(mask, rng.integers(1, 20, size=(4, 20)), 0)
   params = model.init(jax.random.PRNGKey(1), jnp.asarray(tokens))
-  logits = model.apply(params, jnp.asarray(tokens))
+  apply = jax.jit(model.apply)  # one compile per shape, not one per primitive
+  logits = apply(params, jnp.asarray(tokens))
   assert logits.shape == (4, 5) and logits.dtype == jnp.float32
 
   # Changing what sits in padded positions (explicit mask) changes no logit.
   noise = np.where(mask, tokens, rng.integers(1, 20, size=(4, 20)))
-  masked = model.apply(params, jnp.asarray(noise), jnp.asarray(mask))
+  masked = apply(params, jnp.asarray(noise), jnp.asarray(mask))
   np.testing.assert_allclose(masked, logits, rtol=1e-5, atol=1e-5)
   # Nor does more padding at the end.
   longer = np.pad(tokens, ((0, 0), (0, 4)))
-  np.testing.assert_allclose(model.apply(params, jnp.asarray(longer)), logits,
+  np.testing.assert_allclose(apply(params, jnp.asarray(longer)), logits,
                              rtol=1e-5, atol=1e-5)
   # But a real token does.
   changed = tokens.copy()
   changed[0, 0] = tokens[0, 0] % 19 + 1
-  assert not np.allclose(model.apply(params, jnp.asarray(changed))[0], logits[0])
+  assert not np.allclose(apply(params, jnp.asarray(changed))[0], logits[0])
 
 
 @pytest.mark.parametrize("features,width", [("uvpd", 4 * 16), ("uv", 2 * 16)])

@@ -38,12 +38,13 @@ def test_every_mixer_takes_the_authors_encoder_and_head(name):
                  head="linear", input_dropout=False, **({"final_norm": False} if prenorm else {}))
   pixels = jnp.asarray(np.random.default_rng(0).integers(0, 256, (2, LENGTH)), jnp.int32)
   mask = jnp.ones((2, LENGTH), bool)
-  variables = model.init(jax.random.PRNGKey(0), pixels, mask)
+  # One jitted program each: op by op, the bigger mixers cost 4-7 s here.
+  variables = jax.jit(model.init)(jax.random.PRNGKey(0), pixels, mask)
+  logits = jax.jit(model.apply)(variables, pixels, mask)
   params = variables["params"]
   assert sorted(params) == ["encoder", "head_out"]
   assert params["encoder"]["embed_linear"]["kernel"].shape[0] == 1
   assert "embed" not in params["encoder"] and "final_norm" not in params["encoder"]
-  logits = model.apply(variables, pixels, mask)
   assert logits.shape == (2, 3) and bool(jnp.all(jnp.isfinite(logits)))
 
 
