@@ -86,3 +86,11 @@ def test_a_new_mixer_is_named_as_missing_from_both():
   doc = models_doc_problems("| `s5` | `models/s5.py` | an SSM | `state_size` 256 |\n",
                             {"s5": "models/s5.py"}, {"s5": ["state_size", "blocks"]})
   assert doc == ["docs/models.md's row 's5' lacks setting(s) blocks"]
+
+
+def test_every_mixer_of_models_has_a_title_in_the_tables():
+  """Tables and charts name a model by paper.MODEL_TITLES ("Mamba-2", not "mamba2"): a mixer
+  added to models/ without one shows its registry name beside titled rows."""
+  from lra.reporting import paper
+  missing = sorted(set(_built_in()) - set(paper.MODEL_TITLES))
+  assert not missing, f"add a title to lra/reporting/paper.py MODEL_TITLES for {missing}"

@@ -27,7 +27,11 @@ MODEL_TITLES = {"transformer": "Transformer", "local": "Local Attention",
                 "fnet": "FNet", "s4d": "S4D", "s5": "S5", "lru": "LRU",
                 "mamba": "Mamba", "mega": "Mega", "mega_chunk": "Mega-chunk",
                 "window16": "Window-16 (control)", "window64": "Window-64 (control)",
-                "transformer_rotary": "Transformer (rotary)"}
+                "transformer_rotary": "Transformer (rotary)",
+                # Appended: a model's place in this dict is its colour in every chart.
+                "mamba2": "Mamba-2", "retnet": "RetNet", "gla": "GLA", "hgrn2": "HGRN2",
+                "deltanet": "DeltaNet", "gated_deltanet": "Gated DeltaNet", "mlstm": "mLSTM",
+                "based": "Based", "hyena": "Hyena"}
 
 
 def _paper_row(*five: float) -> dict[str, float | None]:
