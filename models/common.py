@@ -42,8 +42,9 @@ class Mixer(nn.Module):
       of each condition their encoder settings meet (registry.settings_when).
     `OPTIMIZER_GROUP` (()): leaf names of the parameters trained apart, at
       config.ssm_learning_rate without weight decay (lra/training/optim.py).
-    `MIN_LAYERS` (1): the fewest encoder blocks the mixer is itself in (a mixer whose kinds
-      cycle by layer needs one of each); configs give it at least this many (configs/table.py).
+    `MIN_LAYERS` (1): the fewest encoder blocks that make the mixer what its paper describes
+      (a mixer whose kinds cycle by layer needs one of each); configs give it at least this
+      many (configs/table.py).
 
   Hooks (override them; call super() in check_settings):
     `make_shared(settings, **encoder_fields)` (None): a classmethod making the module whose

@@ -11,16 +11,9 @@ import pytest
 from lra.models import registry
 from lra.models.gla import GLA  # (registers "gla")
 from lra.rules import SettingError
-from lra.testing import cheap_compiles
 from tests import helpers
 
 WIDTH, HEADS, LENGTH, RANK = 8, 2, 13, 3  # K = 4 / 2 = 2, V = 8 / 2 = 4 per head
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cheap_compiles():
-  with cheap_compiles():  # lra.testing's, as the contract compiles
-    yield
 
 
 def _lead(a, ndim):

@@ -13,17 +13,10 @@ from lra.models import registry
 from lra.models.hgrn2 import HGRN2
 from lra.rules import SettingError
 from lra.testing import finite
-from lra.testing import cheap_compiles
 from tests import helpers
 from tests.helpers import run_once as _run
 
 WIDTH, HEADS, QKV, KEY, LENGTH = 6, 2, 8, 3, 7  # V = 4 per head, K = 3 (expand_ratio)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cheap_compiles():
-  with cheap_compiles():  # lra.testing's, as the contract compiles
-    yield
 
 
 def _lead(a, ndim):

@@ -22,15 +22,6 @@ from tests.helpers import run_once as _run
 WIDTH, LENGTH, STATE = 4, 7, 3  # odd length: the scan's tree is not a perfect power of two
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cheap_compiles():
-  """Tiny shapes, each program run once or twice: XLA's expensive passes (also of the op-by-op
-  compiles of the un-jitted applies) cost more than they save."""
-  jax.config.update("jax_disable_most_optimizations", True)
-  yield
-  jax.config.update("jax_disable_most_optimizations", False)
-
-
 def _silu(v):
   return v / (1 + np.exp(-v))
 

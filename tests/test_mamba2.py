@@ -13,20 +13,12 @@ from lra.models import registry
 from lra.models.mamba2 import Mamba2
 from lra.rules import SettingError
 from lra.training import optim
-from lra.testing import cheap_compiles
 from tests import helpers
 from tests.helpers import run_once as _run
 
 # E = 2 x 4 = 8 inner channels, H = 4 heads of P = 2, G = 2 groups of B and C (2 heads each).
 WIDTH, LENGTH = 4, 7
 SMALL = dict(d_state=3, head_dim=2, groups=2, conv_kernel=3, chunk_size=4)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cheap_compiles():
-  """Tiny shapes, each program run once: XLA's expensive passes cost more than they save."""
-  with cheap_compiles():  # lra.testing's, as the contract compiles
-    yield
 
 
 # --- the reference: one row's real tokens (L x D), from the paper's equations ---

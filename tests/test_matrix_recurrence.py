@@ -11,16 +11,9 @@ import numpy as np
 import pytest
 
 from lra.models.matrix_recurrence import recurrence
-from lra.testing import cheap_compiles
 from tests.helpers import run_once
 
 B, L, H, K, V = 2, 11, 2, 3, 4  # 11: not a multiple of the chunk sizes 4 and 3
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cheap_compiles():
-  with cheap_compiles():  # lra.testing's, as the contract compiles
-    yield
 
 
 def _inputs(seed, decay, delta=False, write=False):

@@ -61,14 +61,6 @@ LENGTH_DEPENDENT = {
 # truncated row sees every real key either way, so it passes and is not exempt.)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cheap_compiles():
-  """The classifier checks too run each program once on tiny shapes (check_mixer does this
-  itself)."""
-  with testing.cheap_compiles():
-    yield
-
-
 def _mixer_variants():
   plain = {name: (name, {}, {}) for name in registry.names()}
   return {**plain, **VARIANTS}

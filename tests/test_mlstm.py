@@ -12,17 +12,10 @@ from lra.models import registry
 from lra.models.mlstm import MLSTM
 from lra.rules import SettingError
 from lra.testing import finite
-from lra.testing import cheap_compiles
 from tests import helpers
 from tests.helpers import run_once as _run
 
 WIDTH, HEADS, LENGTH = 4, 2, 7  # E = 8 inner channels, K = 4 per head, blocks of 2
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cheap_compiles():
-  with cheap_compiles():  # lra.testing's, as the contract compiles
-    yield
 
 
 def _lead(a, ndim):

@@ -11,16 +11,9 @@ import pytest
 from lra.models import registry
 from lra.models.retnet import RetNet  # (registers "retnet")
 from lra.rules import SettingError
-from lra.testing import cheap_compiles
 from tests import helpers
 
 WIDTH, HEADS, LENGTH = 8, 2, 13  # K = 8 / 2 = 4, V = 16 / 2 = 8 per head (expand 1 and 2)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _cheap_compiles():
-  with cheap_compiles():  # lra.testing's, as the contract compiles
-    yield
 
 
 def _lead(a, ndim):

@@ -55,7 +55,8 @@ def _state(result: dict) -> dict | None:
 
 def read_runs(workdirs: list[str], warnings: list[str]) -> list[dict]:
   """Every finished MQAR run under `workdirs` that recorded its carried state, with "workdir"
-  and "model" (its row name, results.read_results); a run that cannot be read or drawn is a line in `warnings`."""
+  and "model" (its row name, results.read_results); a run that cannot be read or drawn is a
+  line in `warnings`."""
   runs = []
   for result in results.read_results(workdirs, warnings):
     if result["task"] != "mqar":
