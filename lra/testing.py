@@ -218,8 +218,8 @@ def _check_gradients(f: Findings, r: dict, mask) -> None:
   f.check(not dead, "dead_parameters", f"parameters that get no gradient: {dead}")
 
 
-def _check_precision(f: Findings, r: dict, harness, x, mask, x1) -> None:
-  """bf16, length1, jit."""
+def _check_precision(f: Findings, r: dict, x, mask, x1) -> None:
+  """bf16, length1."""
   out, out16 = r["out"], r["bf16"]
   f.check(out16.shape == x.shape and out16.dtype == jnp.bfloat16, "bf16",
           f"bfloat16 output {out16.shape} {out16.dtype}, want bfloat16")
@@ -229,8 +229,11 @@ def _check_precision(f: Findings, r: dict, harness, x, mask, x1) -> None:
   one = r["one"]
   f.check(one.shape == x1.shape and finite(one), "length1", f"length 1: output {one.shape}, "
           f"finite={finite(one)}")
-  # jit and no-jit agree: the same parameters applied op by op (jitted: the init's output).
-  eager = harness.apply(r["params"], x, mask, deterministic=True)
+
+
+def _check_jit(f: Findings, harness, params, x, mask, out) -> None:
+  """jit and no-jit agree: the same parameters applied op by op (`out`: jitted)."""
+  eager = harness.apply(params, x, mask, deterministic=True)
   f.close(eager, out, "jit", "no-jit differs from jit", rtol=1e-4, atol=1e-5)
 
 
@@ -261,13 +264,16 @@ def cheap_compiles():
 
 
 def check_mixer(mixer: str | type, settings: dict | None = None, *,
-                length_dependent: bool = False, label: str | None = None) -> None:
+                length_dependent: bool = False, label: str | None = None,
+                op_by_op: bool = True) -> None:
   """Checks the mixer contract (this module's docstring) for `mixer`, a registered name or a
   mixer class, built with `settings` (its config.model.attention; default: its defaults,
   which should suit LENGTH 13 and width 8: pass small block sizes here). A mixer whose real
   outputs depend by design on the padded length (a DFT over all L positions, landmarks over
   segments of the padded sequence) passes `length_dependent=True`, which skips the truncation
-  check only. Raises AssertionError listing every failed property; returns None when all hold.
+  check only. `op_by_op=False` leaves out the jit check, whose op-by-op run compiles each
+  primitive on its own and takes about as long as the rest (check_op_by_op runs it alone).
+  Raises AssertionError listing every failed property; returns None when all hold.
   """
   settings = dict(settings or {})
   label = label or (mixer if isinstance(mixer, str) else mixer.__name__)
@@ -285,10 +291,28 @@ def check_mixer(mixer: str | type, settings: dict | None = None, *,
                                 not length_dependent), x, mask, noisy, cotangent, x1, mask1)
     _check_outputs(f, r, x, mask, mixer, not length_dependent)
     _check_gradients(f, r, mask)
-    _check_precision(f, r, harness, x, mask, x1)
+    _check_precision(f, r, x, mask, x1)
+    if op_by_op:
+      _check_jit(f, harness, r["params"], x, mask, r["out"])
     module = registry.make(mixer, settings, num_heads=HEADS, qkv_dim=QKV,
                            dropout_rate=_dropout(mixer), dtype="float32", layer_index=1)
     if module.SUBQUADRATIC:  # where the mixer claims it
       squares = square_shapes(harness)
       f.check(not squares, "subquadratic", f"claims SUBQUADRATIC but forms {squares[:3]}")
+  f.assert_none("mixer")
+
+
+def check_op_by_op(mixer: str | type, settings: dict | None = None, *,
+                   label: str | None = None) -> None:
+  """check_mixer's jit check alone: the mixer applied op by op equals its jitted run."""
+  settings = dict(settings or {})
+  harness = Harness(mixer, settings)
+  x, mask, _ = _inputs(LENGTH, seed=0)
+  f = Findings(label or (mixer if isinstance(mixer, str) else mixer.__name__))
+  with cheap_compiles():
+    key = jax.random.PRNGKey(0)
+    init = lambda x, mask: harness.init_with_output({"params": key, "dropout": key}, x, mask,
+                                                    deterministic=True)
+    out, params = run_once(init, x, mask)
+    _check_jit(f, harness, params, x, mask, out)
   f.assert_none("mixer")

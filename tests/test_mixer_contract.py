@@ -73,8 +73,34 @@ def _split(variant):
 
 @pytest.mark.parametrize("variant", sorted(_mixer_variants()))
 def test_mixer_contract(variant):
+  """All of the contract but the jit check (below, in the slow set: its op-by-op run compiles
+  every primitive on its own and doubled the default tests' time of this file)."""
   name, settings, _ = _split(variant)
-  testing.check_mixer(name, settings, length_dependent=name in LENGTH_DEPENDENT, label=variant)
+  testing.check_mixer(name, settings, length_dependent=name in LENGTH_DEPENDENT, label=variant,
+                      op_by_op=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", sorted(_mixer_variants()))
+def test_mixer_op_by_op_equals_jit(variant):
+  name, settings, _ = _split(variant)
+  testing.check_op_by_op(name, settings, label=variant)
+
+
+def test_the_jit_check_sees_a_mixer_that_computes_otherwise_when_traced():
+  """check_op_by_op can fail: a mixer whose output doubles under tracing."""
+
+  class TwoFaced(HeadsMixer):
+    ATTENTION_DROPOUT = False
+
+    @nn.compact
+    def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
+      traced = isinstance(x_BxLxD, jax.core.Tracer)
+      return nn.Dense(x_BxLxD.shape[-1])(x_BxLxD) * (2.0 if traced else 1.0)
+
+  with pytest.raises(AssertionError, match=r"TwoFaced breaks the mixer contract:\n  \[jit\] "
+                     "no-jit differs from jit"):
+    testing.check_op_by_op(TwoFaced)
 
 
 def test_shape_walk_sees_dense_attention():
