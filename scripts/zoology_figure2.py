@@ -23,7 +23,8 @@ The CPU version is configs/mqar.py's `,cpu` point (64 tokens, 2 pairs, a vocabul
 mixers stay near guessing among the values in context (docs/results.md), at widths 32 and 64
 and learning rates 1e-3 and 3e-3: four runs a model, from 1-2 minutes (the Transformer) to
 15-20 (Mamba's scan) each on 2 cores. Its default models are the Transformer, Based, Hyena,
-Mamba and S5; --models adds others (any registered mixer).
+Mamba and S5; --models adds others (any registered mixer; the recurrent seven of
+docs/results.md took 4-18 minutes a run, two runs at a time on 2 cores).
 
 Each point is one grid command into ROOT/L<length>-kv<pairs>, its widths and learning rates as
 --sweep axes (the width links emb_dim, qkv_dim and mlp_dim), so an interrupted run resumes and a
