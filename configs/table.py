@@ -106,21 +106,28 @@ ATTENTION = {
 }
 
 
-def _lra_directions() -> dict:
-  """MQAR: each recurrence reads in the directions it has on LRA here, the `bidirectional` of
-  its configs/published table on every task (Mamba and the recurrent family both, as S5, S4D
-  and Mega; LRU one), one row per model with a table. The query part holds no values, so a
-  backward scan sees none of the pairs a query needs (lra/data/mqar.py)."""
-  rows = {}
+def _lra_recipes() -> tuple[dict, dict]:
+  """MQAR's rows taken from the models' LRA recipes (configs/published), as (mixer rows,
+  encoder rows). Each recurrence reads in the directions it has on LRA here, the
+  `bidirectional` of its table on every task (Mamba and the recurrent family both, as S5, S4D
+  and Mega; LRU one): the query part holds no values, so a backward scan sees none of the
+  pairs a query needs (lra/data/mqar.py). A recipe that starts the token embedding its
+  authors' way (the fla layers' N(0, 0.02): configs/published/recurrent.py) keeps it."""
+  attention, model = {}, {}
   for name in sorted(set(published.MODELS) & set(registry.names())):
     entries = published.table(name).HYPERPARAMETERS.values()
     directions = {e["model"].get("attention", {}).get("bidirectional") for e in entries}
     if len(directions) == 1 and None not in directions:
-      rows[("mqar", name)] = dict(bidirectional=directions.pop())
-  return rows
+      attention[("mqar", name)] = dict(bidirectional=directions.pop())
+    inits = {e["model"]["embed_init"] for e in entries if "embed_init" in e["model"]}
+    if len(inits) == 1:
+      model[("mqar", name)] = dict(embed_init=inits.pop())
+  return attention, model
 
 
-ATTENTION.update(_lra_directions())
+# Encoder settings per (task, model) from a recipe, taken with the `cpu` option too.
+_attention_rows, RECIPE_MODEL = _lra_recipes()
+ATTENTION.update(_attention_rows)
 
 
 # Self-pretraining (config.objective="denoise"): the fraction of a task's real tokens that are
@@ -179,6 +186,7 @@ def apply(c, options: set[str]):
   c.mask_rate = SPT_MASK_RATE.get(task, c.mask_rate)  # beyond Amos et al.'s tasks: the default
   sources.note(c, sources.TASK_TABLE, _model(TASK.get(task, {})))
   task_model = TASK_MODEL.get((task, model), {}) if "cpu" not in options else {}
+  task_model = {**task_model, **RECIPE_MODEL.get((task, model), {})}
   c.model.update(task_model)
   c.model.attention.update(ATTENTION.get((task, model), {}))
   sources.note(c, sources.TASK_MODEL_TABLE,

@@ -46,9 +46,10 @@ configs/published tables (MQAR from the same), which Based has none of. Non-caus
 attention sums over every real key, the window spans w keys on both sides of the query;
 BaseConv stays causal (Zoology's; it is what gives linear attention the previous token, as
 their MQAR needs). Causal with a CLS token in front, that token reads only itself: pool with
-MEAN and use_cls False. Padding: the input is zeroed at padded positions, padded keys add
-nothing to the sums and get no window weight, so real outputs equal those of the truncated
-sequence (LRA pads at the end; the causal conv never reads ahead).
+MEAN and use_cls False (CLS pooling is refused then, as with conv layers only: causal_reading).
+Padding: the input is zeroed at padded positions, padded keys add nothing to the sums and get
+no window weight, so real outputs equal those of the truncated sequence (LRA pads at the end;
+the causal conv never reads ahead).
 
 Differences by design: the window's heads are the encoder's (num_heads, qkv_dim; Zoology's
 SlidingAttn is one head of width D, the same at num_heads 1, qkv_dim D as configs/table.py has
@@ -79,6 +80,10 @@ from lra.models.mamba import causal_depthwise_conv, symmetric_uniform
 from lra.models.registry import register
 
 KINDS = ("conv", "linear", "window")
+# The settings each kind reads (chunk_size only when causal): one that no layer of the model's
+# depth reads does nothing, and a value given to it is said (idle_at).
+READ_BY = {"conv": ("conv_kernel",), "linear": ("feature_dim", "causal", "chunk_size"),
+           "window": ("window", "causal")}
 EPS = 1e-12  # Zoology's Based eps, added to the normaliser
 zoology_normal = nn.initializers.normal(0.02)  # Zoology's _init_weights for every nn.Linear
 
@@ -240,13 +245,39 @@ class Based(HeadsMixer):
     kinds = self.kinds()
     return kinds[self.layer_index % len(kinds)]
 
+  def depth_kinds(self) -> list[str]:
+    """The kind of every layer of the encoder's depth, in order."""
+    kinds = self.kinds()
+    return [kinds[i % len(kinds)] for i in range(max(self.num_layers, 1))]
+
+  def causal_reading(self) -> str | None:
+    if self.causal:
+      return f"{s.attention_key('causal')}=True"
+    if set(self.depth_kinds()) == {"conv"}:  # BaseConv is causal whatever `causal` says
+      return (f"{s.attention_key('layers')}={self.layers!r} at config.model.num_layers="
+              f"{self.num_layers} (BaseConv layers only)")
+    return None
+
   def idle_at(self, length: int) -> list[str]:
-    depth = max(self.num_layers, 1)
-    if "window" in [self.kinds()[i % len(self.kinds())] for i in range(depth)] and \
-        self.window >= length - 1:
-      return [f"window={self.window} reaches every one of the {length} positions: the window "
-              "layers are full softmax attention"]
-    return []
+    depth_kinds = self.depth_kinds()
+    read = {name for kind in depth_kinds for name in READ_BY[kind]}
+    lines = []
+    # A value given (not the default) to a setting that no layer of this depth reads.
+    for name, declaration in s.declared(type(self)).items():
+      value = getattr(self, name)
+      if name == "layers" or value == declaration.default:
+        continue
+      if name not in read:
+        lines.append(f"{s.attention_key(name)}={value!r} does nothing: no layer reads it at "
+                     f"config.model.num_layers={self.num_layers} (layers: "
+                     f"{', '.join(depth_kinds)})")
+      elif name == "chunk_size" and not self.causal:
+        lines.append(f"{s.attention_key(name)}={value!r} does nothing: only causal linear "
+                     f"attention reads it ({s.attention_key('causal')}=False)")
+    if "window" in depth_kinds and self.window >= length - 1:
+      lines.append(f"window={self.window} reaches every one of the {length} positions: the "
+                   "window layers are full softmax attention")
+    return lines
 
   def carried_state(self, width: int, length: int) -> int:
     """This layer's state (its kind's; the module docstring says how each is counted)."""

@@ -54,6 +54,10 @@ class Mixer(nn.Module):
       subclass adds rules across settings.
     `check_length(length)` (nothing): rules that need the longest sequence the mixer will see.
     `idle_at(length)` ([]): one line for each setting that does nothing at that length.
+    `causal_reading()` (None): the setting that makes the configured mixer read causally
+      (each position only itself and earlier ones), e.g. "config.model.attention.causal=True";
+      overridden by each mixer that can (a CLS token in front then sees only itself, so a
+      config that pools it is refused: models/settings.py check_reading).
     `residual(x, y, mask, dropout=..., deterministic=...)` (x + dropout(mixer(y))): the block's
       residual stream after the mixer's sub-layer; a mixer with another form (Mega's gated
       x + u (dropout(h) - x)) overrides it.
@@ -110,6 +114,11 @@ class Mixer(nn.Module):
     valid, but not what the setting says): the trainer warns and results.json records them."""
     del length
     return []
+
+  def causal_reading(self) -> str | None:
+    """The setting (`key=value`) that makes this configured mixer read causally, or None when
+    some position reads later ones."""
+    return None
 
   def residual(self, x_BxLxD, y_BxLxD, mask_BxL, *, dropout, deterministic: bool):
     """The residual stream after this sub-layer: x + dropout(mixer(y)), y the block's input x

@@ -163,9 +163,16 @@ class Block(nn.Module):
     return norm(1, x_BxLxD + drop(mlp(x_BxLxD), deterministic=deterministic))
 
 
+# config.hybrid_conv's layers: Based's conv kind alone is Zoology's BaseConv.
+HYBRID_CONV = "based"
+
+
 def make_mixer(mixer: str, settings, config: EncoderConfig, **fields):
   """The token mixer `mixer` with its `settings` and the encoder fields it takes from `config`
-  (registry.make; `fields`: layer_index, shared, name, length)."""
+  (registry.make; `fields`: layer_index, shared, name, length); with config.hybrid_conv, an
+  even layer_index gets a BaseConv layer instead."""
+  if config.hybrid_conv and fields.get("layer_index", 1) % 2 == 0:
+    mixer, settings = HYBRID_CONV, {"layers": ("conv",), "conv_kernel": config.hybrid_conv}
   return registry.make(mixer, dict(settings), num_heads=config.num_heads,
                        qkv_dim=config.qkv_dim, dropout_rate=config.attention_dropout_rate,
                        dtype=config.dtype, num_layers=config.num_layers,
@@ -264,7 +271,7 @@ class Encoder(nn.Module):
     c = self.config
     if c.input_encoder == "embedding":
       return nn.Embed(self.vocab_size, c.emb_dim,
-                      embedding_init=nn.initializers.normal(stddev=1.0),
+                      embedding_init=nn.initializers.normal(stddev=c.embed_init),
                       name="embed")(inputs_BxL.astype(jnp.int32))
     if c.input_encoder != "linear":
       raise ValueError(f"unknown input_encoder {c.input_encoder!r}; valid: "

@@ -145,6 +145,9 @@ class Hyena(Mixer):
       s.fail(s.attention_key("emb_dim"), self.emb_dim, "an odd number >= 3 (t, then a cosine "
              "and a sine per band)")
 
+  def causal_reading(self) -> str | None:
+    return f"{s.attention_key('causal')}=True" if self.causal else None  # the convs are causal
+
   def check_length(self, length: int) -> None:
     if length > self.l_max:
       s.fail(s.attention_key("l_max"), self.l_max, f"at least the longest sequence, {length} "

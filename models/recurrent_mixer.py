@@ -25,6 +25,9 @@ from lra.models.mamba import causal_depthwise_conv, symmetric_uniform
 from lra.models.matrix_recurrence import FORMS, recurrence
 
 
+COMBINES = ("mean", "gated")  # how the two passes of a bidirectional mixer are combined
+
+
 class RecurrentMixer(Mixer):
   """Base of the recurrent family: call `self.run(q, k, v, mask, **gates)` (the core's gates:
   log_decay, beta, log_write) for the heads' outputs in float32."""
@@ -34,6 +37,10 @@ class RecurrentMixer(Mixer):
   chunk_size: int = s.setting(64, s.Int(1), "positions per chunk of the chunked form")
   bidirectional: bool = s.setting(False, s.Bool(),
                                   "also run from the end (same parameters), outputs averaged")
+  combine: str = s.setting("mean", s.Choice(COMBINES),
+                           'how the bidirectional passes combine: "mean" (averaged) or '
+                           '"gated" (each pass weighted by its own learned sigmoid gate of the '
+                           "query, per head and position)")
 
   # No L x L array (the chunks are chunk_size wide), no attention weights to drop.
   SUBQUADRATIC = True
@@ -43,10 +50,21 @@ class RecurrentMixer(Mixer):
   # token at position 0 nothing to read), as for Mamba.
   ENCODER_SETTINGS = {"positions": "none", "pooling": "MEAN", "use_cls": False}
 
+  def check_settings(self) -> None:
+    super().check_settings()
+    if self.combine != "mean" and not self.bidirectional:
+      s.fail(s.attention_key("combine"), self.combine,
+             "'mean' unless config.model.attention.bidirectional=True (one pass has nothing "
+             "to combine)")
+
   @property
   def directions(self) -> int:
     """How many passes run (each carries its own state)."""
     return 2 if self.bidirectional else 1
+
+  def causal_reading(self) -> str | None:
+    # One pass: the core and the short convolutions all read causally.
+    return None if self.bidirectional else f"{s.attention_key('bidirectional')}=False"
 
   def run(self, q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, finish=None, **gates):
     """The core forward (and backward when bidirectional, averaged); finish(o, m) turns each
@@ -58,9 +76,19 @@ class RecurrentMixer(Mixer):
                                 chunk_size=self.chunk_size, reverse=reverse, **gates))
 
     y = direction(False)
-    if self.bidirectional:
-      y = 0.5 * (y + direction(True))
-    return y
+    if not self.bidirectional:
+      return y
+    if self.combine == "mean":
+      return 0.5 * (y + direction(True))
+    # "gated": a query may read mostly one direction (MQAR's queries need the pairs before
+    # them; a mean lets the filler after them in). Zero-initialised: 1/2 each, the mean.
+    heads, width = q_BxLxHxK.shape[-2:]
+    w_2xHxK = self.param("direction_gate", nn.initializers.zeros, (2, heads, width))
+    b_2xH = self.param("direction_gate_bias", nn.initializers.zeros, (2, heads))
+    logits_BxLxHx2 = (jnp.einsum("blhk,dhk->blhd", q_BxLxHxK.astype(jnp.float32), w_2xHxK)
+                      + b_2xH.T[None, None])
+    gate_BxLxHx2 = 2 * jax.nn.sigmoid(logits_BxLxHx2)  # 1 each at init: the mean's 1/2 below
+    return 0.5 * (gate_BxLxHx2[..., 0, None] * y + gate_BxLxHx2[..., 1, None] * direction(True))
 
 
 class ShortConv(nn.Module):

@@ -66,6 +66,14 @@ class EncoderConfig:
   # many linear-cost mixers their recall; this puts one before ANY mixer, as an ablation switch.
   short_conv: int = setting(0, Int(0), "kernel of a depthwise causal convolution (with bias, "
                             "no activation) over each block's mixer input; 0: none")
+  # Zoology's Hybrid (zoology/mixers/hybrid.py: layer l is configs[l % 2]) with its BaseConv
+  # first, the "BASED recipe" that Zoology's README gives every pre-Based linear attention.
+  hybrid_conv: int = setting(0, Int(0), "k > 0: layers 0, 2, 4, ... are BaseConv layers "
+                             "(Based's conv kind, a gated causal depthwise convolution of k "
+                             "taps) in place of the mixer, as Zoology's Hybrid; 0: none")
+  embed_init: float = setting(1.0, Float(0.0, open="low"),
+                              "std of the token embedding's normal initialisation (1.0: "
+                              "LRA's; fla's and Zoology's models use 0.02)")
   # The switches below let a published config reproduce its authors' function (docs/recipes.md);
   # their defaults are LRA's.
   final_norm: bool = setting(True, Bool(), "a norm after the last pre-norm block (LRA's final "
@@ -112,12 +120,17 @@ def check_encoder(model: Mapping[str, Any]) -> None:
             model.get("input_encoder", "embedding") != "linear"),
            ("input_std", 'config.model.input_encoder="linear"',
             model.get("input_encoder", "embedding") != "linear"),
+           ("embed_init", 'config.model.input_encoder="embedding"',
+            model.get("input_encoder", "embedding") != "embedding"),
            ("batch_norm_momentum", 'config.model.norm="batch"',
             model.get("norm", "layer") != "batch")]
   defaults = encoder_defaults()
   for key, needs, idle in inert:
     if idle and key in model and model[key] != defaults[key]:
       fail(model_key(key), model[key], f"its default {defaults[key]!r} unless {needs}")
+  if model.get("hybrid_conv", 0) and model.get("num_layers", 1) < 2:
+    fail(model_key("hybrid_conv"), model["hybrid_conv"], "0 with config.model.num_layers=1 "
+         "(layer 0 is the BaseConv layer: the model would hold no mixer)")
   if model.get("reversible", False):
     # y1 = x1 + f(x2), y2 = x2 + g(y1) needs both branches, inside the residuals.
     reason = dict(norm=("layer", "the recomputing backward pass cannot rebuild batch statistics"),
@@ -126,3 +139,14 @@ def check_encoder(model: Mapping[str, Any]) -> None:
     for key, (needed, why) in reason.items():
       if model.get(key, needed) != needed:
         fail(model_key(key), model[key], f"{needed!r} with config.model.reversible=True ({why})")
+
+
+def check_reading(model: Mapping[str, Any], causal: str | None) -> None:
+  """A classifier that pools the CLS token in front (config.model: `pooling`, `use_cls`, its
+  `name`) under a mixer that reads causally (`causal`: the setting that makes it, the mixer's
+  causal_reading()) reads a token that sees only itself: every input would get the same logits.
+  Refused, naming the fix."""
+  if causal and model.get("use_cls", True) and model.get("pooling", "CLS") == "CLS":
+    fail(model_key("pooling"), "CLS", f"'MEAN' with config.model.use_cls=False for model "
+         f"{model.get('name')!r} with {causal} (it reads causally, so the CLS token in front "
+         "sees only itself and every input would get the same logits)")

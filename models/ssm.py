@@ -20,6 +20,10 @@ class SSMMixer(Mixer):
   # The SSMs form no L x L array (they encode positions themselves, too).
   SUBQUADRATIC = True
 
+  def causal_reading(self) -> str | None:
+    # Each SSM here (S4D, S5, LRU, Mamba) declares `bidirectional`; without it, one causal pass.
+    return None if self.bidirectional else f"{s.attention_key('bidirectional')}=False"
+
   def tied_dropout(self, h_BxLxH, *, deterministic: bool):
     drop = nn.Dropout(self.dropout_rate, broadcast_dims=(1,) if self.tie_dropout else ())
     return drop(h_BxLxH, deterministic=deterministic)

@@ -93,6 +93,9 @@ class FullAttention(HeadsMixer):
   def SUBQUADRATIC(self) -> bool:  # noqa: N802  (the flag every mixer has)
     return self.implementation == "chunked"
 
+  def causal_reading(self) -> str | None:
+    return f"{s.attention_key('causal')}=True" if self.causal else None
+
   def carried_state(self, width: int, length: int) -> int:
     """The key-value cache, 2 x length x qkv_dim: every key may be read (causal or not)."""
     del width

@@ -18,6 +18,16 @@ Transformer, stays non-causal: the script says so). Zoology's Based here is its 
 (a gated conv layer, then Taylor linear attention with feature_dim 8, lines 100-115); Hyena's
 l_max is each point's length (line 66). Its H3, RWKV and BaseConv rows have no mixer here.
 
+GLA and RetNet run as Zoology runs its linear attentions (ZOOLOGY_HYBRID): Zoology's README
+(line 50) gives "the BASED recipe" of a short convolution to the pre-Based linear attentions,
+RetNet and GLA, and its GLA (zoology/experiments/models_repo.py `add_gla`, lines 297-322,
+with the conv_mixer of mqar_example_configs/original_mqar_configs.py lines 49-56) is the
+Hybrid [BaseConv of kernel 3, GLA with 2 heads and no short convolution of its own]: layer 0 a
+BaseConv layer, layer 1 GLA (here `model.hybrid_conv=3`, and 2 heads). Zoology has no RetNet
+config: RetNet gets GLA's Hybrid (its own heads). Both start their embeddings at N(0, 0.02),
+as Zoology's models do (from their recipe, configs/table.py). Runs of the two as plain stacks
+are the ablation beside them (docs/results.md).
+
 The CPU version is configs/mqar.py's `,cpu` point (64 tokens, 2 pairs, a vocabulary of 128,
 50,000 examples, 3,000 steps of batch 64), where attention recalls exactly and the fixed-state
 mixers stay near guessing among the values in context (docs/results.md), at widths 32 and 64
@@ -59,6 +69,11 @@ SCALES = {
 }
 
 
+# Zoology's Hybrid for the linear attentions without an input-dependent write strength (see
+# the docstring): encoder settings scoped to the model.
+ZOOLOGY_HYBRID = {"gla": dict(hybrid_conv=3, num_heads=2), "retnet": dict(hybrid_conv=3)}
+
+
 def causal_settings(model: str) -> list[str]:
   """The scoped overrides that make `model` read causally (none where it has no such
   setting)."""
@@ -95,6 +110,8 @@ def point_command(scale: dict, point: tuple, models: list[str], root: str) -> li
     command.append("--config.model.attention.feature_dim@based=8")
   for model in models:
     command += causal_settings(model)
+    command += [f"--config.model.{key}@{model}={value}"
+                for key, value in ZOOLOGY_HYBRID.get(model, {}).items()]
   return command
 
 

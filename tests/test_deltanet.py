@@ -201,7 +201,7 @@ def test_chunked_layer_equals_the_recurrent_layer():
 
 def test_settings_state_size_and_errors():
   assert registry.default_settings("deltanet") == dict(
-      form="chunked", chunk_size=64, bidirectional=False, conv_kernel=4,
+      form="chunked", chunk_size=64, bidirectional=False, combine="mean", conv_kernel=4,
       allow_neg_eigval=False, use_gate=False, use_beta=True)
   assert DeltaNet(num_heads=2).carried_state(8, 64) == 2 * 4 * 4
   assert DeltaNet(num_heads=4, bidirectional=True).carried_state(8, 64) == 2 * 4 * 2 * 2

@@ -1,5 +1,6 @@
 """Encoder block options: chunked feed-forward, post-norm, no feed-forward, batch norm (and its
-statistics in the trainer and checkpoints), and their validation."""
+statistics in the trainer and checkpoints), Zoology's Hybrid with BaseConv layers, the
+embedding's initial scale, and their validation."""
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -238,7 +239,28 @@ def test_models_without_batch_norm_keep_their_checkpoint_layout():
     (dict(ffn_chunks=2.5), "ffn_chunks=2.5 is not valid: an integer >= 1"),
     (dict(prenorm="no"), "prenorm='no' is not valid: True or False"),
     (dict(feedforward=None), "feedforward=None is not valid: True or False"),
-    (dict(reversible=1), "reversible=1 is not valid: True or False")])
+    (dict(reversible=1), "reversible=1 is not valid: True or False"),
+    (dict(hybrid_conv=3, num_layers=1), "hybrid_conv=3 is not valid: 0 with .*num_layers=1"),
+    (dict(embed_init=0.0), "embed_init=0.0 is not valid"),
+    (dict(embed_init=0.02, input_encoder="linear"),
+     'embed_init=0.02 is not valid: its default 1.0 unless .*input_encoder="embedding"')])
 def test_bad_options_are_errors_naming_the_valid_values(option, message):
   with pytest.raises(SettingError, match=message):
     _model(**option)
+
+
+# ----------------------------------------------------------------------------- hybrid, embedding
+
+
+def test_hybrid_conv_makes_even_layers_baseconv_and_counts_their_state():
+  """Zoology's Hybrid [BaseConv, mixer]: layers 0 and 2 are Based's conv kind (its parameters,
+  its state of (k - 1) D), layer 1 the mixer; the embedding starts at the std asked for."""
+  from lra.training import run_record
+  model = _model(name="gla", num_layers=3, hybrid_conv=3, embed_init=0.02, num_heads=2)
+  params = _run(lambda: model.init(jax.random.PRNGKey(0), _tokens()))["params"]["encoder"]
+  kinds = [sorted(params[f"block_{i}"]["mixer"]) for i in range(3)]
+  assert kinds[0] == kinds[2] == ["base_conv"] and "q_proj" in kinds[1]
+  assert abs(float(np.std(params["embed"]["embedding"])) - 0.02) < 0.005
+  state = run_record.carried_state(model)
+  plain = run_record.carried_state(_model(name="gla", num_layers=3, num_heads=2))
+  assert state["per_layer"] == [2 * DIM, plain["per_layer"][1], 2 * DIM]

@@ -236,7 +236,7 @@ def test_initialisation_and_optimizer_group():
 
 def test_settings_state_size_and_errors():
   assert registry.default_settings("gated_deltanet") == dict(
-      form="chunked", chunk_size=64, bidirectional=False, conv_kernel=4,
+      form="chunked", chunk_size=64, bidirectional=False, combine="mean", conv_kernel=4,
       allow_neg_eigval=False, use_gate=True, expand_v=2)
   assert GatedDeltaNet(num_heads=2).carried_state(8, 64) == 2 * 4 * 8
   both = GatedDeltaNet(num_heads=4, expand_v=1, bidirectional=True)

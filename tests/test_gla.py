@@ -2,7 +2,8 @@
 plain step loop over the gated state, with the low-rank gate alpha = sigmoid(.)^(1/16),
 per-head RMS norm and swish gate; outputs and gradients of parameters and input), causal and
 bidirectional (the average of the forward loop and the loop over the reversed sequence);
-chunked equals recurrent; fla's initialisation; settings and one-line errors."""
+chunked equals recurrent; the gated combination of the two directions; fla's initialisation;
+settings and one-line errors."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,9 +40,10 @@ def _loop(q, k, v, alpha, mask):
   return jnp.moveaxis(out, 0, 1)
 
 
-def _reference(p, x, mask, bidirectional=False, normalizer=16.0):
+def _reference(p, x, mask, bidirectional=False, normalizer=16.0, combine="mean"):
   """The layer from its equations; bidirectional: the mean of the forward loop and the loop
-  over the reversed sequence (reversed back), before the norm."""
+  over the reversed sequence (reversed back), before the norm; combine="gated": each loop
+  weighted by 2 sigmoid(q . w_d + b_d) of its own direction d first."""
   x = jnp.where(mask[..., None], x, 0.0)
   proj = lambda name: jnp.einsum("bld,dhk->blhk", x, p[name]["kernel"])
   q, k, v, g = (proj(n) for n in ("q_proj", "k_proj", "v_proj", "g_proj"))
@@ -53,7 +55,13 @@ def _reference(p, x, mask, bidirectional=False, normalizer=16.0):
   o = _loop(q, k, v, alpha, mask)
   if bidirectional:
     flip = lambda a: a[:, ::-1]
-    o = 0.5 * (o + flip(_loop(flip(q), flip(k), flip(v), flip(alpha), flip(mask))))
+    back = flip(_loop(flip(q), flip(k), flip(v), flip(alpha), flip(mask)))
+    if combine == "gated":
+      w, b = p["direction_gate"], p["direction_gate_bias"]
+      gate = [2 * jax.nn.sigmoid(jnp.einsum("blhk,hk->blh", q, w[d]) + _lead(b[d], 3))[..., None]
+              for d in (0, 1)]
+      o, back = gate[0] * o, gate[1] * back
+    o = 0.5 * (o + back)
   o = o / jnp.sqrt(jnp.mean(o ** 2, axis=-1, keepdims=True) + 1e-5)
   o = o * _lead(p["output"]["norm"]["scale"], 4) * g * jax.nn.sigmoid(g)
   return jnp.einsum("blhv,hvd->bld", o, p["output"]["o_proj"]["kernel"]) * mask[..., None]
@@ -74,14 +82,16 @@ def _params(mixer, mask):
                                               deterministic=True), scale=0.5)
 
 
-@pytest.mark.parametrize("bidirectional", [False, True])
-def test_layer_matches_a_step_loop(bidirectional):
+@pytest.mark.parametrize("bidirectional,combine", [(False, "mean"), (True, "mean"),
+                                                   (True, "gated")])
+def test_layer_matches_a_step_loop(bidirectional, combine):
   """Outputs and gradients (parameters and input) of the chunked layer equal the loop; a row
   with trailing padding included; a gate normalizer of 2 makes the decays strong."""
   x, mask, cotangent = _inputs(1)
   mixer = GLA(num_heads=HEADS, chunk_size=4, gate_low_rank_dim=RANK, gate_logit_normalizer=2,
-              bidirectional=bidirectional)
-  reference = lambda p, x: _reference(p["params"], x, jnp.asarray(mask), bidirectional, 2.0)
+              bidirectional=bidirectional, combine=combine)
+  reference = lambda p, x: _reference(p["params"], x, jnp.asarray(mask), bidirectional, 2.0,
+                                      combine)
   (out, ref), (grads, ref_grads) = helpers.mixer_against_reference(
       mixer, _params(mixer, mask), reference, x, mask, cotangent)
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
@@ -126,13 +136,15 @@ def test_fla_initialisation_and_state_size():
 def test_settings_and_errors():
   assert registry.default_settings("gla") == dict(
       expand_k=0.5, expand_v=1.0, gate_low_rank_dim=16, gate_logit_normalizer=16,
-      form="chunked", chunk_size=64, bidirectional=False)
+      form="chunked", chunk_size=64, bidirectional=False, combine="mean")
   for bad, match in ((dict(expand_k=0.0), "expand_k=0.0 .* > 0"),
                      (dict(expand_v=-1.0), "expand_v=-1.0 .* > 0"),
                      (dict(gate_low_rank_dim=0), "gate_low_rank_dim=0 .* >= 1"),
                      (dict(gate_logit_normalizer=0), "gate_logit_normalizer=0 .* > 0"),
                      (dict(form="fast"), "form='fast'"),
                      (dict(bidirectional=1), "True or False"),
+                     (dict(combine="gated"), "combine='gated' .* unless .*bidirectional=True"),
+                     (dict(combine="max", bidirectional=True), "combine='max'"),
                      (dict(num_heads=0), "num_heads=0"),
                      (dict(dropout_rate=0.1), "attention_dropout_rate")):
     with pytest.raises(SettingError, match=match) as error:
@@ -148,3 +160,16 @@ def test_settings_and_errors():
     with pytest.raises(SettingError, match=match) as error:
       mixer.init(jax.random.PRNGKey(0), x, mask, deterministic=True)
     assert "\n" not in str(error.value)
+
+
+def test_gated_combination_starts_as_the_mean():
+  """Zero-initialised direction gates weigh both passes 1/2: the mean's function at init."""
+  x, mask, _ = _inputs(3)
+  make = lambda combine: GLA(num_heads=HEADS, gate_low_rank_dim=RANK, bidirectional=True,
+                             combine=combine)
+  p = make("gated").init(jax.random.PRNGKey(0), x, jnp.asarray(mask), deterministic=True)
+  assert set(p["params"]) >= {"direction_gate", "direction_gate_bias"}
+  mean_params = {"params": {k: v for k, v in p["params"].items() if "direction" not in k}}
+  gated = make("gated").apply(p, x, jnp.asarray(mask), deterministic=True)
+  mean = make("mean").apply(mean_params, x, jnp.asarray(mask), deterministic=True)
+  np.testing.assert_allclose(gated, mean, rtol=1e-6, atol=1e-7)

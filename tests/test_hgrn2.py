@@ -188,7 +188,7 @@ def test_huge_gates_stay_finite():
 def test_settings_state_size_and_errors():
   assert registry.default_settings("hgrn2") == dict(
       expand_ratio=0, lower_bound="learned", variant="fla", form="chunked", chunk_size=64,
-      bidirectional=False)
+      bidirectional=False, combine="mean")
   assert _mixer().carried_state(WIDTH, 64) == HEADS * KEY * 4
   assert _mixer(bidirectional=True, expand_ratio=0).carried_state(WIDTH, 64) == 2 * HEADS * 4 * 4
   for bad, match in ((dict(expand_ratio=-1), "expand_ratio=-1 .* >= 0"),

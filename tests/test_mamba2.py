@@ -202,8 +202,8 @@ def test_optimizer_group_takes_a_log_d_and_dt_bias():
 
 def test_settings_and_errors():
   assert registry.default_settings("mamba2") == dict(
-      form="chunked", chunk_size=64, bidirectional=False, d_state=128, head_dim=64, expand=2,
-      conv_kernel=4, groups=1, dt_min=0.001, dt_max=0.1)
+      form="chunked", chunk_size=64, bidirectional=False, combine="mean", d_state=128,
+      head_dim=64, expand=2, conv_kernel=4, groups=1, dt_min=0.001, dt_max=0.1)
   for bad, match in ((dict(d_state=0), "d_state=0 .* >= 1"),
                      (dict(head_dim=1.5), "head_dim=1.5"),
                      (dict(groups=0), "groups=0 .* >= 1"),

@@ -36,6 +36,7 @@ VARIANTS = {
     "longformer-dilated": ("longformer", dict(dilation=(1, 2)), {}),
     "performer-relu": ("performer", dict(kernel="relu"), {}),
     "mamba-bidirectional": ("mamba", dict(bidirectional=True), {}),
+    "gla-gated": ("gla", dict(bidirectional=True, combine="gated"), {}),
     "mega-chunk": ("mega", dict(chunk_size=4), {}),
 }
 ENCODER_VARIANTS = {

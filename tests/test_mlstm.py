@@ -177,7 +177,7 @@ def test_xlstm_initialisation():
 def test_settings_state_size_and_errors():
   assert registry.default_settings("mlstm") == dict(
       proj_factor=2, conv_kernel=4, qkv_blocksize=4, form="chunked", chunk_size=64,
-      bidirectional=False)
+      bidirectional=False, combine="mean")
   key = 2 * WIDTH // HEADS
   assert _mixer().carried_state(WIDTH, 64) == HEADS * (key * key + key + 1)
   assert _mixer(bidirectional=True).carried_state(WIDTH, 64) == 2 * HEADS * (key * key + key + 1)

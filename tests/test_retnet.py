@@ -127,7 +127,8 @@ def test_fla_initialisation_and_state_size():
 
 def test_settings_and_errors():
   assert registry.default_settings("retnet") == dict(
-      expand_k=1.0, expand_v=2.0, form="chunked", chunk_size=64, bidirectional=False)
+      expand_k=1.0, expand_v=2.0, form="chunked", chunk_size=64, bidirectional=False,
+      combine="mean")
   for bad, match in ((dict(expand_k=0.0), "expand_k=0.0 .* > 0"),
                      (dict(expand_v=-1.0), "expand_v=-1.0 .* > 0"),
                      (dict(form="fast"), "form='fast'"),

@@ -34,6 +34,10 @@ def test_the_papers_grid():
   assert {"--config.model.attention.causal@transformer=True",
           "--config.model.attention.causal@hyena=True",
           "--config.model.attention.bidirectional@s5=False"} <= set(command)
+  command = script.point_command(gpu, gpu["points"][0], ["gla", "retnet", "deltanet"], "r")
+  hybrid = {a for a in command if "hybrid_conv" in a or "num_heads" in a}
+  assert hybrid == {"--config.model.hybrid_conv@gla=3", "--config.model.num_heads@gla=2",
+                    "--config.model.hybrid_conv@retnet=3"}
 
 
 def test_every_cpu_command_is_a_valid_grid(monkeypatch, capsys):

@@ -46,7 +46,7 @@ ENTRY_OF = {"path256": "pathx"}
 # taken even with `cpu`.
 ARCHITECTURE = ("norm", "prenorm", "feedforward", "pooling", "use_cls", "final_norm",
                 "input_encoder", "input_mean", "input_std", "input_dropout", "head",
-                "batch_norm_momentum")
+                "batch_norm_momentum", "embed_init")
 # Trainer settings that are the authors' recipe whatever the size (which parameters decay and
 # at which rate), taken even with `cpu`.
 RECIPE = ("ssm_params", "ssm_decay_params", "no_decay_params")

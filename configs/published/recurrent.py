@@ -25,6 +25,9 @@ Shared choices:
   wide, 2 r D^2 parameters; here the encoder's Dense(mlp_dim)-GELU-Dense, r D wide for the
   same count before the parity step above), none where the layer carries its own
   up-projection (Mamba-2, mLSTM: feedforward=False, mlp_dim = D as S5's).
+- The token embedding as fla's models initialise it, N(0, 0.02) (`token_embedding`; LRA's
+  encoder starts it at N(0, 1), which leaves a mixer initialised at fla's N(0, 0.02) a small
+  share of the residual stream).
 - Around the blocks, as for Mamba: mean pooling over real tokens, no CLS token, no position
   embeddings (the decays and convolutions encode order), no dropout on the embedded input, a
   linear head (Retrieval: S5's Dense-GELU-Dense on the four features, head="gelu_mlp"), S5's
@@ -52,6 +55,8 @@ from lra.configs.published import S5_PIXELS, pixel_encoder, s5
 S5_PARAMETERS = {"listops": 187_978, "text": 1_352_130, "retrieval": 792_322,
                  "image": 5_133_706, "pathfinder": 1_113_602, "pathx": 694_018}
 
+FLA_EMBED_INIT = 0.02  # fla's config.initializer_range, its models' embedding std
+
 # S5's per-task training (with the mixer's group at the global learning rate).
 _TRAINING = ("batch_size", "epochs", "learning_rate", "weight_decay", "warmup_steps",
              "schedule", "adam_b1", "adam_b2", "adam_eps", "grad_clip_norm")
@@ -69,8 +74,14 @@ def model(task: str, emb_dim: int, mlp_dim: int | None, *, num_heads: int | None
               dropout_rate=published["dropout_rate"], norm="layer", prenorm=True,
               final_norm=True, pooling="MEAN", use_cls=False, input_dropout=False,
               head="gelu_mlp" if task == "retrieval" else "linear",
-              **pixel_encoder(task, S5_PIXELS),
+              **pixel_encoder(task, S5_PIXELS), **token_embedding(task),
               attention=dict(mixer, bidirectional=True))
+
+
+def token_embedding(task: str) -> dict:
+  """fla's embedding init, N(0, initializer_range 0.02) (every fla model's _init_weights, e.g.
+  fla/models/gla/modeling_gla.py GLAPreTrainedModel): on a token task ({} on a pixel one)."""
+  return {} if task in S5_PIXELS else dict(embed_init=FLA_EMBED_INIT)
 
 
 def hyperparameters(widths: dict, *, num_heads: int | None = None, mixer: dict | None = None,
