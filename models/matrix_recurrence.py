@@ -18,8 +18,9 @@ that is <= 0 (a later position minus an earlier one). With log_write the weights
 exp(sum log a + log_write) can overflow, so the outputs are returned scaled by exp(-m_t), m_t a
 stabiliser (xLSTM's): at least the largest exponent of a write that position t reads, floored
 at FLOOR, carried by the max-plus recurrence m_t = max(log a_t + m_{t-1}, log_write_t, FLOOR).
-The mixer divides it out (mLSTM: o / max(|n|, exp(-m)), where scaling cancels), so m carries no
-gradient.
+The mixer divides it out (mLSTM: o / max(|n|, exp(-m)), where scaling cancels but for xLSTM's
+eps on the denominator), and m is differentiated, as xLSTM differentiates its max_log_D: the
+gradient is that of the function computed, eps term included.
 
 Padding: a padded position (mask False) neither decays nor writes the state (a = 1, k = 0,
 beta = 0, no write), so the outputs of real positions equal those of the sequence cut to its
@@ -101,8 +102,8 @@ def recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, log_decay=None, bet
 
 
 def stabiliser(g_BxLxH, w_BxLxH):
-  """m_t = max(g_t + m_{t-1}, w_t, FLOOR) by an associative (max, +) scan over L; no
-  gradient (the mixer's result does not depend on it)."""
+  """m_t = max(g_t + m_{t-1}, w_t, FLOOR) by an associative (max, +) scan over L;
+  differentiated (the mixer's result depends on it through xLSTM's eps)."""
   g = jnp.zeros_like(w_BxLxH) if g_BxLxH is None else g_BxLxH
 
   def compose(earlier, later):  # x -> max(a + x, b), the earlier applied first
@@ -111,7 +112,7 @@ def stabiliser(g_BxLxH, w_BxLxH):
     return a1 + a2, jnp.maximum(a2 + b1, b2)
 
   a, b = jax.lax.associative_scan(compose, (g, w_BxLxH), axis=1)
-  return jax.lax.stop_gradient(jnp.maximum(jnp.maximum(a + FLOOR, b), FLOOR))
+  return jnp.maximum(jnp.maximum(a + FLOOR, b), FLOOR)
 
 
 def _recurrent(q, k, v, g, b, w, m):

@@ -135,6 +135,37 @@ def test_layer_matches_the_stabilised_recurrence(bidirectional, form, igate_bias
                            igate_bias=igate_bias, bidirectional=bidirectional)
 
 
+@pytest.mark.parametrize("form", ["recurrent", "chunked"])
+def test_the_gradient_follows_the_stabiliser_as_xlstms_does(form):
+  """Input gates near 14 and queries of size 1e-6 make xLSTM's eps and exp(-m) terms of the
+  denominator (all three near 1e-6, in units of exp(-m)): its gradient then reaches the gates
+  through m too, as xLSTM differentiates its max_log_D. The core's cell (matrix_recurrence +
+  mlstm.normalised) has the paper's stabilised recurrence's gradient with respect to the input
+  and forget gates (with m held constant, the input gates' gradient differs by about 1)."""
+  from lra.models.matrix_recurrence import recurrence
+  from lra.models.mlstm import normalised
+  rng = np.random.default_rng(5)
+  shape = (2, LENGTH, HEADS)
+  q, k, v = (jnp.asarray(rng.normal(size=shape + (4,)), jnp.float32) for _ in range(3))
+  q = q * 1e-6
+  i = jnp.asarray(14 + rng.normal(size=shape), jnp.float32)
+  f = jnp.asarray(rng.normal(size=shape) + 2, jnp.float32)
+  mask = helpers.trailing_mask([LENGTH, 5], LENGTH)
+  cot = jnp.asarray(rng.normal(size=shape + (4,)), jnp.float32)
+  ones = jnp.ones(shape + (1,), jnp.float32)
+
+  def core(i, f):
+    o, m = recurrence(q, k / 2.0, jnp.concatenate([v, ones], -1), mask, form=form,
+                      chunk_size=3, log_decay=jax.nn.log_sigmoid(f), log_write=i)
+    return jnp.sum(normalised(o, m) * cot)
+
+  paper = lambda i, f: jnp.sum(_cell(q, k, v, i, f, mask) * cot)
+  got, want = _run(lambda: (jax.grad(core, (0, 1))(i, f), jax.grad(paper, (0, 1))(i, f)))
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=2e-4, atol=1e-5)
+  assert float(jnp.abs(want[0]).max()) > 0.05  # the gates' gradient matters here
+
+
 def test_chunked_equals_recurrent():
   """Chunks of 4 over 13 positions (no divisor): the same outputs and gradients as the
   position-by-position form, both directions."""
