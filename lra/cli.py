@@ -198,6 +198,7 @@ def load_config(spec: str, items: list[tuple[str | None, str, str]]):
     raise UserError(f"cannot load --config: {file} defines no get_config(arg)")
   config = module.get_config(arg) if arg else module.get_config()
   config_sources.note(config, config_sources.UNNOTED)  # a file of its own may note nothing
+  config_sources.credit_argument(config, arg)
   for _, key, value in items:
     set_value(config, key, value)
   config_sources.note(config, config_sources.COMMAND_LINE)

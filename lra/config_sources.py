@@ -21,6 +21,7 @@ MIXER = "the mixer's own settings"  # its defaults, ENCODER_SETTINGS, SETTINGS_W
 TASK_TABLE = "the task's table (configs/table.py)"
 TASK_MODEL_TABLE = "the task-model table (configs/table.py)"
 COMMAND_LINE = "command line"
+NAME = "model.name"  # set in configs/base.py from --config=FILE:MODEL's argument
 UNNOTED = "not recorded"  # a value no layer noted (a config file that notes none)
 
 _RECORD = "_sources"  # the hidden attribute (not a config field) that holds the record
@@ -65,6 +66,17 @@ def note(config, layer: str, written: Iterable[str] = ()) -> None:
       record.layers[key] = layer
   record.layers.update((key, layer) for key in written if key in leaves)
   record.values = leaves
+
+
+def credit_argument(config, arg: str) -> None:
+  """Names --config's `arg` (FILE:ARG) as the source of model.name where the argument spells
+  it (`gla` of `gla,cpu`) and no layer after base changed it: configs/base.py only copies it
+  from there."""
+  record = config.__dict__.get(_RECORD)
+  if record is None or record.layers.get(NAME) != BASE:
+    return
+  if arg.split(",")[0].strip() == record.values.get(NAME):
+    record.layers[NAME] = f"the --config argument (:{arg})"
 
 
 def sources(config) -> dict[str, tuple[Any, str]]:

@@ -3,6 +3,7 @@
 Anything else (a bug) keeps its traceback: only validation code raises these types. Faults of
 the machine (disk full, read-only, ...) are one line too: `environment_fault` finds them.
 """
+import contextlib
 import errno
 import os
 import re
@@ -53,6 +54,19 @@ def environment_fault(error: BaseException) -> str | None:
       return f"{where}{os.strerror(code)}; {ENVIRONMENT_ERRNOS[code]}"
     error = error.__cause__  # raised from it; an error met while handling one may be a bug
   return None
+
+
+@contextlib.contextmanager
+def naming(path):
+  """An OSError of the machine met while writing `path` names it where the OS named no file
+  (write() or close() on a full disk), so that environment_fault's line says where to free
+  space; any other error passes as it is."""
+  try:
+    yield
+  except OSError as e:
+    if e.filename is None and e.errno in ENVIRONMENT_ERRNOS:
+      raise type(e)(e.errno, e.strerror, os.fspath(path)) from e
+    raise
 
 
 def fail(message: str, code: int = 1, *, now: bool = False) -> None:

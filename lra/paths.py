@@ -17,6 +17,8 @@ from typing import Iterator
 
 from etils import epath
 
+from lra import errors
+
 TEMP_PREFIX = ".tmp-"  # hidden names of local files being written (temp_path)
 
 
@@ -37,12 +39,13 @@ def write_bytes(path, data: bytes) -> None:
   """Writes a whole file that readers never see half written: a local file is written beside
   and renamed; an object store publishes an object only when its upload completes."""
   path = resolve(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  if is_remote(path):
-    path.write_bytes(data)
-    return
-  with atomic_write(path, "wb") as f:
-    f.write(data)
+  with errors.naming(path):  # a full disk's write() names no file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if is_remote(path):
+      path.write_bytes(data)
+      return
+    with atomic_write(path, "wb") as f:
+      f.write(data)
 
 
 def temp_path(final: str | os.PathLike) -> str:

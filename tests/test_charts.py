@@ -7,6 +7,7 @@ curves` draws every run with labelled axes and a legend, and refuses a missing o
 metrics.jsonl in one line; a model keeps its colour across every chart."""
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -332,3 +333,123 @@ def test_bubble_chart_says_when_its_points_trained_for_different_steps(
                      "Transformer 100, S5 200"]
   else:
     assert notes == []
+
+
+# ----------------------------------------------------- readable at one length, one model, twelve
+
+TWELVE = ["transformer", "based", "deltanet", "gated_deltanet", "gla", "hgrn2", "hyena", "mamba",
+          "mamba2", "mlstm", "retnet", "s5"]  # Figure 2's
+
+
+@pytest.fixture
+def saved(monkeypatch):
+  """Every matplotlib figure saved, in order (whichever module saves it)."""
+  from matplotlib.figure import Figure
+  found = []
+  real = Figure.savefig
+  monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (found.append(fig),
+                                                               real(fig, *a, **k))[1])
+  return found
+
+
+def _tick_labels(axis) -> list[str]:
+  """The texts of an axis' labelled ticks inside its limits, major and minor."""
+  axis.get_ticklabels(which="both")  # gives each tick its text
+  lo, hi = sorted(axis.get_view_interval())
+  return [t.label1.get_text() for t in axis.get_major_ticks() + axis.get_minor_ticks()
+          if lo <= t.get_loc() <= hi and t.label1.get_text()]
+
+
+def test_the_scaling_chart_at_one_length_labels_its_y_axes(tmp_path, saved):
+  """At one length the points span less than a decade: each log y axis still reads >= 2
+  labelled ticks (a regression: step time none, memory one)."""
+  rows = [{"model": m, "length": 1024, "status": "ok", "step_time_s": t, "steps_per_s": 1 / t,
+           "compiled_memory_bytes": int(t * 10**9)} for m, t in (("transformer", 0.3),
+                                                                  ("s5", 0.4))]
+  charts.scaling_chart(str(tmp_path / "s.png"), rows)
+  for ax in saved[0].axes:
+    assert len(_tick_labels(ax.yaxis)) >= 2, (ax.get_title(), _tick_labels(ax.yaxis))
+
+
+def _points(models, steps: int = 300) -> list[dict]:
+  """Recall points over two decades of state size where many models sit at one place: every
+  model at 4,096 and 100% at width 32, and near 512 and 40% at width 16; at width 64, at
+  32,768 and 100% or 60% by turns."""
+  return [{"max_len": 64, "num_kv_pairs": 4, "model": m, "width": w, "state_size": state,
+           "test_accuracy": acc, "num_train_steps": steps}
+          for i, m in enumerate(models)
+          for w, state, acc in ((16, 512, 40.0 + i / 10), (32, 4096, 100.0),
+                                (64, 32768, 100.0 - 40 * (i % 2)))]
+
+
+def _markers(ax) -> list[tuple[float, float]]:
+  """Where each marker of a panel is drawn (pixels), of lines and scatters alike."""
+  found = [tuple(xy) for line in ax.get_lines() if line.get_marker() not in (None, "None", "")
+           for xy in line.get_transform().transform(line.get_xydata())]
+  return found + [tuple(xy) for c in ax.collections if isinstance(c, PathCollection)
+                  for xy in c.get_offset_transform().transform(c.get_offsets())]
+
+
+@pytest.mark.parametrize("models", [["transformer"], TWELVE], ids=["one model", "twelve"])
+def test_the_recall_chart_shows_every_point_on_a_labelled_log_axis(tmp_path, saved, models):
+  from lra.reporting import recall
+  points = _points(models)
+  drawn = recall.recall_chart(tmp_path / "r.png", points)
+  (ax,) = saved[0].axes
+  assert len(_tick_labels(ax.xaxis)) >= 3 and "log scale" in ax.get_xlabel()
+  where = _markers(ax)
+  assert len(where) == len(points)  # a marker per point, none hidden under another:
+  assert min((abs(a[0] - b[0]) + abs(a[1] - b[1]) for a, b in
+              itertools.combinations(where, 2)), default=99) > 5
+  assert "runs of 300 training steps" in saved[0].get_suptitle()
+  colours = {to_hex(c.get_facecolor()[0], keep_alpha=False) for c in ax.collections}
+  assert len(colours) == len(models)
+
+
+def test_every_known_model_has_a_colour_of_its_own_and_the_older_keep_theirs():
+  known = charts._KNOWN
+  colours = [to_hex(charts.model_style(m)[0]) for m in known]
+  assert len(set(colours)) == len(known)  # a regression: the 21st reused the 1st's colour
+  # Appended colours leave the earlier models' alone (the first twenty: tab20 as before).
+  assert [to_hex(charts.model_style(m)[0]) for m in ("transformer", "performer", "s5", "mamba")
+          ] == ["#1f77b4", "#aec7e8", "#c49c94", "#c7c7c7"]
+  assert charts.model_style("relu_linear") == charts.model_style("relu_linear")
+
+
+def test_the_bubble_chart_says_how_many_steps_its_runs_trained(capsys, tmp_path, monkeypatch):
+  _listops(tmp_path / "runs", "transformer", 300)
+  _listops(tmp_path / "runs", "s5", 300)
+  (tmp_path / "speed.json").write_text(json.dumps(SPEED))
+  drawn = []
+  real = charts.bubble_chart
+  monkeypatch.setattr(charts, "bubble_chart", lambda *a, **k: drawn.append(real(*a, **k)))
+  code, _, err = run_eval(capsys, "accuracy", str(tmp_path / "runs"),
+                          f"--speed={tmp_path / 'speed.json'}", "--average=listops",
+                          f"--out={tmp_path / 'out'}")
+  assert code == 0, err
+  assert "Runs trained for 300 steps (num_train_steps)" in drawn[0]["notes"]
+
+
+def _sweep_rows(models) -> list[dict]:
+  """Sweep rows (lra.reporting.sweeps.sweep_rows) of two learning rates, one seed, every
+  model at the same accuracies: all of them at one place at each value."""
+  def point(lr: float) -> dict:
+    run = {"seed": 0, "test_accuracy": 90.0, "best_val_accuracy": 90.0, "workdir": "w",
+           "num_train_steps": 200}
+    return {"name": f"learning_rate={lr!r}", "values": {"learning_rate": lr}, "runs": [run]}
+  return [{"model": m, "task": "mqar", "keys": ["learning_rate"], "majority_rate": 10.0,
+           "points": [point(1e-3), point(3e-3)]} for m in models]
+
+
+@pytest.mark.parametrize("models", [["transformer"], TWELVE], ids=["one model", "twelve"])
+def test_the_sweep_chart_shows_every_point_and_says_its_axis_is_logarithmic(tmp_path, saved,
+                                                                            models):
+  from lra.reporting import sweep_chart
+  sweep_chart.sweep_chart(tmp_path / "s.png", _sweep_rows(models), "learning_rate")
+  (ax,) = saved[0].axes
+  assert ax.get_xscale() == "log" and ax.get_xlabel() == "learning_rate (log scale)"
+  assert "runs of 200 training steps" in saved[0].get_suptitle()
+  where = _markers(ax)
+  assert len(where) == 2 * len(models)  # a marker per point, none hidden under another:
+  assert min((abs(a[0] - b[0]) + abs(a[1] - b[1]) for a, b in
+              itertools.combinations(where, 2)), default=99) > 3

@@ -88,3 +88,35 @@ def test_train_py_explain_config_prints_every_value_and_its_layer_then_exits(tmp
   assert any(l.startswith("config.model.dropout_rate = 0.2 ") for l in lines), lines
   assert all(" = " in l and " <- " in l for l in lines), lines  # one line per leaf value
   assert os.listdir(tmp_path) == []  # no workdir, no data
+
+
+def test_the_config_argument_is_credited_with_the_model_name():
+  """configs/base.py copies model.name from --config=FILE:MODEL's argument: that argument is
+  its source, not base."""
+  found = config_sources.sources(cli.load_config(S4D, []))
+  assert found["model.name"] == ("s4d", "the --config argument (:s4d)")
+  cpu = config_sources.sources(cli.load_config(S4D + ",cpu", [(None, "model.name", "s4d")]))
+  assert cpu["model.name"] == ("s4d", "the --config argument (:s4d,cpu)")  # given again: same
+
+
+@pytest.mark.commands
+@pytest.mark.parametrize("model, setting, words", [
+    # a mixer setting's rule, met as the model is built
+    ("gla", "model.attention.form=chunk",
+     "config.model.attention.form='chunk' is not valid: one of 'chunked', 'recurrent'"),
+    # a rule met only as the parameters are made for the task's width (Mamba-2's heads)
+    ("mamba2", "model.attention.head_dim=48",
+     "config.model.attention.head_dim=48 is not valid: a divisor of the inner width"),
+])
+def test_explain_config_checks_as_a_run_and_names_the_check_that_fails(tmp_path, model, setting,
+                                                                       words):
+  proc = commands.run(os.path.join(ROOT, "train.py"),
+                      f"--config={os.path.join(ROOT, 'configs', 'listops.py')}:{model},cpu",
+                      f"--config.{setting}", "--explain_config", cwd=tmp_path,
+                      expect=commands.NONZERO)
+  assert commands.error_line(proc).startswith(f"error: a run of this config is refused: {words}")
+  key, value = setting.split("=")
+  listed = [l for l in proc.stdout.splitlines() if l.startswith(f"config.{key} = ")]
+  assert len(listed) == 1 and listed[0].split(" = ")[1].split()[0].strip("'") == value, listed
+  assert listed[0].endswith("<- command line") and proc.returncode == 1
+  assert os.listdir(tmp_path) == []  # no workdir, no data

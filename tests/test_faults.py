@@ -1,6 +1,7 @@
 """Faults of the machine and settings that cannot be right: one line naming the thing at fault
 and what to do, a non-zero exit, and nothing already saved damaged."""
 import errno
+import io
 import os
 import pathlib
 import pwd
@@ -271,3 +272,54 @@ def test_the_data_command_reports_an_unusable_folder_in_one_line(tmp_path):
                                  "--max_length=30", "--max_depth=3", "--workers=1",
                                  expect=NONZERO))
   assert "Not a directory; a folder was expected" in line
+
+
+class _FullDisk(io.BytesIO):
+  """A file on a full disk: its write() fails as the OS fails it, naming no file."""
+
+  def write(self, data):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_disk_while_writing_the_sweep_chart_names_the_chart(tmp_path, monkeypatch,
+                                                                   capsys):
+  from tests.test_sweep import EVAL, _point_run
+  for lr, val in ((1e-3, 0.5), (3e-3, 0.6)):  # one sweep of two points
+    _point_run(tmp_path / "runs", "s5", 0, lr, 16, val, val)
+  real = open
+  monkeypatch.setattr(paths, "open", lambda file, mode="r", **kwargs: _FullDisk() if str(
+      file).endswith(".png") else real(file, mode, **kwargs), raising=False)
+  with pytest.raises(SystemExit) as exit_info:
+    EVAL.main(["accuracy", str(tmp_path / "runs"), f"--out={tmp_path / 'out'}"])
+  chart = tmp_path / "out" / "sweep_learning_rate.png"
+  assert exit_info.value.code == 1
+  assert capsys.readouterr().err.splitlines()[-1] == (
+      f"error: {chart}: No space left on device; free space there (or use another disk), then "
+      f"run the same command again")
+  assert (tmp_path / "out" / "accuracy.md").exists() and not chart.exists()
+  assert not [n for n in os.listdir(tmp_path / "out") if n.startswith(paths.TEMP_PREFIX)]
+
+
+def test_a_refused_run_leaves_no_workdir_it_made_and_keeps_one_it_found(tmp_path):
+  """Refused once the workdir is made and locked, before anything is saved there: the release
+  Pathfinder folder given as data_dir (refused as the data loads), a Mamba-2 head_dim that does
+  not divide its width (refused as the parameters are made)."""
+  from tests.test_release_pathfinder import _config, _release
+  release = _config(_release(tmp_path / "data"), generate_if_missing=False)
+  release.model.update(num_layers=1, emb_dim=16, qkv_dim=16, mlp_dim=16, num_heads=2)
+  release.batch_size = release.eval_batch_size = 8
+  release.compilation_cache_dir = ""
+  new = tmp_path / "runs" / "new"
+  with pytest.raises(UserError, match="--release_dir="):
+    trainer.train_and_evaluate(release, str(new))
+  assert not new.exists() and os.listdir(tmp_path / "runs") == []  # no folder holding .lock
+  heads = _no_data_config(tmp_path, model="mamba2", **{"model.attention.head_dim": 48})
+  with pytest.raises(SettingError, match="head_dim=48 is not valid"):
+    trainer.train_and_evaluate(heads, str(new))
+  assert not new.exists()
+  kept = tmp_path / "runs" / "mine"  # a folder that was there: kept, with what it holds
+  kept.mkdir()
+  (kept / "notes.txt").write_text("mine")
+  with pytest.raises(SettingError, match="head_dim=48 is not valid"):
+    trainer.train_and_evaluate(heads, str(kept))
+  assert (kept / "notes.txt").read_text() == "mine"

@@ -285,6 +285,26 @@ def test_each_data_point_is_a_panel_of_its_own(capsys, tmp_path, drawn):
       [[(16384, 50.0, 64)]], [[(65536, 40.0, 64)]]]
 
 
+@pytest.mark.parametrize("total", [-1024, 0, "1024", 1024.5])
+def test_an_impossible_state_size_is_named_and_skipped(capsys, tmp_path, drawn, total):
+  """A carried_state total that is no positive integer (an edited results.json, an outside
+  mixer's count): one warning line naming the file and the value, the run left out of the
+  table and the chart (before: tabled, and dropped from the log axis without a word)."""
+  _mqar_result(tmp_path / "runs", "t64", "transformer", 64, 16384, 0.5, 0.5)
+  _mqar_result(tmp_path / "runs", "s5_64", "s5", 64, 1024, 0.4, 0.4)
+  file = tmp_path / "runs" / "s5_64" / "results.json"
+  edited = json.loads(file.read_text())
+  edited["carried_state"]["total"] = total
+  file.write_text(json.dumps(edited))
+  code, stdout, err = run_eval(capsys, "recall", str(tmp_path / "runs"), f"--out={tmp_path / 'o'}")
+  assert code == 0, err
+  assert [l for l in err.splitlines() if l.strip()] == [
+      f"warning: {file}: carried_state total={total!r} is not a positive integer; left out of "
+      "the recall chart"]
+  (panel,) = drawn[0]["panels"].values()
+  assert list(panel) == ["transformer"] and "| S5 |" not in stdout
+
+
 def test_recall_without_a_drawable_run_is_one_line(capsys, tmp_path):
   _mqar_result(tmp_path / "runs", "old", "mamba", 64, 0, 0.4, 0.4, carried=False)
   code, _, err = run_eval(capsys, "recall", str(tmp_path / "runs"), f"--out={tmp_path / 'o'}")

@@ -313,6 +313,37 @@ def test_eval_accuracy_writes_the_sweep_table_and_charts(swept, capsys):
     assert (tmp_path / "eval" / f"sweep_{key}.png").stat().st_size > 0
 
 
+def test_swapped_point_folders_are_named_and_the_rest_of_the_sweep_tabled(tmp_path, capsys):
+  """The transformer's seed-0 folders of learning rates 1e-3 and 3e-3 (width 32) swapped: each
+  is one warning line naming it and both values, and is skipped; the sweep is tabled from the
+  other points (before, the two won as plain runs over the sweep, whose table and charts
+  vanished without a word, the kept run named by a folder spelling the other value)."""
+  for key, (val, test) in FIGURES.items():
+    _point_run(tmp_path / "runs", *key, val, test)
+  folder = tmp_path / "runs" / "mqar" / "transformer-cpu_sweep"
+  low, high = (folder / f"learning_rate={lr!r},model.emb_dim=32" for lr in (1e-3, 3e-3))
+  low.rename(folder / "swap")
+  high.rename(low)
+  (folder / "swap").rename(high)
+  EVAL.main(["accuracy", str(tmp_path / "runs"), f"--out={tmp_path / 'eval'}"])
+  out, err = capsys.readouterr()
+  assert [line for line in err.splitlines() if line.strip()] == [
+      f"warning: {path}: its folder is named for learning_rate={named} but its results.json "
+      f"records learning_rate={recorded} (point folders swapped or renamed?); skipped: rename "
+      f"it to its point or move it out of the sweep"
+      for path, named, recorded in ((low, "0.001", "0.003"), (high, "0.003", "0.001"))]
+  rows = {row["model"]: row for row in json.loads(
+      (tmp_path / "eval" / "accuracy.json").read_text())["sweeps"]}
+  assert set(rows) == {"transformer", "s5"}
+  # Seed 0 chooses among its two points left (val 0.5, 0.7), seed 1 among its four.
+  assert rows["transformer"]["chosen"] == [
+      {"seed": 0, "name": "learning_rate=0.003,model.emb_dim=16"},
+      {"seed": 1, "name": "learning_rate=0.001,model.emb_dim=32"}]
+  kept = [run["workdir"] for point in rows["transformer"]["points"] for run in point["runs"]]
+  assert len(kept) == 6 and str(low) not in kept and str(high) not in kept
+  assert "wrote " + str(tmp_path / "eval" / "sweep_learning_rate.png") in out
+
+
 # ------------------------------------------------------------------ linked keys: table, chart
 
 @pytest.fixture(params=[("model.qkv_dim", 1), ("model.mlp_dim", 4)], ids=["qkv", "mlp"])
@@ -357,7 +388,7 @@ def test_a_linked_sweep_is_one_chart_against_its_first_key(linked, capsys):
       "sweep_learning_rate.png", f"sweep_model.emb_dim+{other}.png"]
   drawn = sweep_chart.sweep_chart(tmp_path / "w.png", table["sweeps"], ("model.emb_dim", other))
   label = " = " if times == 1 else " / "
-  assert drawn["xlabel"] == {"mqar": f"model.emb_dim{label}{other}"}
+  assert drawn["xlabel"] == {"mqar": f"model.emb_dim{label}{other} (log scale)"}
   assert drawn["xscale"] == {"mqar": "log"} and "(over learning_rate)" in drawn["note"]
   for model in ("transformer", "s5"):  # each width: the best on validation over the lrs
     expected = [(str(w) if times == 1 else f"{w}/{times * w}",

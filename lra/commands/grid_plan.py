@@ -278,19 +278,26 @@ def slurm_script(runs: list[Run], invocation: str, root: str) -> str:
   return "\n".join(lines) + "\n"
 
 
-def check_runs(runs: list[Run], preset: str) -> None:
+def check_runs(runs: list[Run], preset: str, root: str = "", resumed: tuple[Run, ...] = (),
+               allow: bool = False) -> None:
   """Every run's settings checked as its train.py checks them before it loads data (the
-  overrides read as train.py reads them, the trainer's rules, the model built for the task's
-  sizes), before the first run starts: one line names the run and the setting. In one child
-  process: a model's check may ask JAX for its backend (the Transformer's implementation),
-  which the grid's own process never starts (a TPU takes one process at a time, and a GPU's
-  memory would stay held while the runs train)."""
-  cells = {}  # one check of each distinct (task, mixer, overrides)
+  overrides read as train.py reads them, the trainer's rules, the model built and traced for
+  the task's sizes), before the first run starts: one line names the run and the setting.
+  `resumed`: the runs that would go on from a run their workdir holds under `root`; those that
+  train.py would refuse to go on with (another setting that changes the result, a divergence:
+  lra.training.workdir.resume_problems) are one line for them all, naming --root and
+  --allow_config_change, unless `allow`. In one child process: a model's check may ask JAX for
+  its backend (the Transformer's implementation), which the grid's own process never starts
+  (a TPU takes one process at a time, and a GPU's memory would stay held while the runs
+  train)."""
+  review = {run.workdir for run in resumed}
+  cells = {}  # one check of each distinct (task, mixer, overrides[, workdir to review])
   for run in runs:
     mixer = ALIASES.get(run.model, (run.model,))[0]
-    cells.setdefault((run.task, mixer, run.items), run.name)
+    held = run.workdir if run.workdir in review else ""
+    cells.setdefault((run.task, mixer, run.items, held), run.name)
   imports = [a[len("--import="):] for a in runs[0].command if a.startswith("--import=")]
-  request = {"preset": preset, "imports": imports,
+  request = {"preset": preset, "imports": imports, "root": root, "allow": allow,
              "runs": [[name, *cell] for cell, name in cells.items()]}
   proc = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request),
                         capture_output=True, text=True, errors="replace")
@@ -303,21 +310,51 @@ def check_runs(runs: list[Run], preset: str) -> None:
     raise RuntimeError(f"checking the grid's runs failed (exit {proc.returncode}); see above")
 
 
+def _held_problems(config, workdir: str) -> list[str]:
+  """What train.py would refuse to go on with in `workdir` under `config` (as run_dir's
+  _check_run reads it: the newest intact checkpoint's settings, else config.json), reading
+  only; [] for a workdir that holds no run."""
+  from lra.training import checkpoint, workdir as workdir_lib
+  folder = paths.resolve(workdir)
+  found = checkpoint.find_intact(folder, ("checkpoints",))
+  step, meta = (found[1], found[2]) if found is not None else (None, None)
+  reference = (meta or {}).get("config") or workdir_lib.read_json(folder / "config.json")
+  if reference is None and step is None:
+    return []
+  return workdir_lib.resume_problems(config, folder, reference, step or 0)
+
+
 def _check_in_child(request: dict) -> None:
-  """check_runs' child: raises the UserError of the first run whose settings are refused."""
-  from lra.training import config_checks, memory_check, trainer
+  """check_runs' child: raises the UserError of the first run whose settings are refused,
+  then one for every run its workdir's run refuses to go on with."""
+  from lra.commands.train import check_before_data
   plugins.import_modules(request["imports"])
-  for name, task, mixer, items in request["runs"]:
+  built: set[str] = set()
+  refused = []
+  for name, task, mixer, items, workdir in request["runs"]:
     config = _config(task, mixer, request["preset"])
     try:
       for key, value in items:
         cli.set_value(config, key, value)
-      config_checks.check_settings(config)
-      trainer.build_model(config, memory_check.task_shapes(config))
+      check_before_data(config, built)
     except UserError as e:
       raise UserError(f"{name}: {e} (nothing has run; a setting that only some runs take "
                       f"goes to them alone: {cli.PREFIX}KEY@TASK=VALUE or {cli.PREFIX}"
                       f"KEY@MODEL=VALUE)") from None
+    try:
+      found = _held_problems(config, workdir) if workdir else []
+    except UserError as e:  # another model or task there, a run longer than asked
+      raise UserError(f"{name}: {e} (nothing has run; in a grid a new --root gives every run "
+                      f"a new workdir)") from None
+    if found:
+      refused.append(f"{name}: {', '.join(found)}")
+  if refused and not request["allow"]:
+    more = f"; and {len(refused) - 1} more" if len(refused) > 1 else ""
+    raise UserError(f"--root={request['root']} holds {len(refused)} of this grid's runs made "
+                    f"otherwise than it asks ({refused[0]}{more}), which train.py would not go "
+                    f"on with; nothing has run: give a new --root to run them afresh, or add "
+                    f"--allow_config_change to go on with them (recorded in their "
+                    f"results.json)")
 
 
 if __name__ == "__main__":

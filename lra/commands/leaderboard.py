@@ -8,9 +8,13 @@
 Each (task, model) is one `python train.py --config=configs/TASK.py:MODEL[,PRESET]
 --workdir=ROOT/TASK/MODEL[-PRESET]` run in its own process, one after another: a finished run
 (a valid results.json that records what this grid asks for) is skipped, an unfinished one resumes
-from its checkpoints, a failed one is reported and the grid goes on (exit 1 at the end). Then
-ROOT/table/accuracy.{md,csv,json} is written as `python eval.py accuracy ROOT --out=ROOT/table`
-writes it.
+from its checkpoints, a failed one is reported and the grid goes on (exit 1 at the end); a
+warning that several runs print is shown once. Before the first run, every run's settings are
+checked, and so are the runs ROOT already holds: those train.py would not go on with (a changed
+setting) are one line, unless --allow_config_change. Then ROOT/table/accuracy.{md,csv,json} is
+written as `python eval.py accuracy` writes it, of this grid's runs and of the other models and
+tasks under ROOT (a run of a model and task this grid ran, made by another command, is left
+out and counted).
 
 --models / --tasks: comma separated; `all` = every registered mixer / every task.
 `transformer_chunked` is the Transformer with `model.attention.implementation=chunked` (exact
@@ -47,7 +51,8 @@ fine-tune from its encoder (--config.init_from=that workdir, workdir ..._spt), w
 once the pretraining finished; the table lists the fine-tunes as MODEL (SPT) rows.
 --allow_config_change is passed on to every run: a run whose settings differ from its
 checkpoints' (a changed --config) goes on with them, recorded in its results.json; without it
-train.py refuses such a run in one line, and a new --root starts every run afresh.
+the grid refuses such runs in one line before the first run starts, and a new --root starts
+every run afresh.
 --print_commands prints the train.py command of every run and --slurm=FILE writes a SLURM array
 script of them; neither runs anything.
 --import=MODULE (repeatable; or LRA_IMPORT=MODULE,...): a module of your own that registers a
@@ -142,6 +147,7 @@ class Stop:
 
   def __init__(self):
     self.signum, self.child = None, None
+    self.warned: set[str] = set()  # the runs' warnings shown so far: each once per grid
     for signum in self.OTHER:
       signal.signal(signum, self._handle)
 
@@ -153,18 +159,38 @@ class Stop:
       self.child.send_signal(self.OTHER[signum])
 
 
+def _pass_on(line: str, out, warned: set[str]) -> None:
+  """A line of a run's output to `out`, but a `warning:` line shown before in this grid (the
+  same short-run warning from every point of a sweep)."""
+  if line.startswith("warning: "):
+    if line in warned:
+      return
+    warned.add(line)
+  out.write(line)
+  out.flush()
+
+
 def execute(run: Run, stop: Stop) -> tuple[int, str]:
-  """Runs train.py; its stdout passes through, its stderr too, and its last line is kept
-  (a user error is one `error:` line). Returns (exit status, last stderr line)."""
+  """Runs train.py; its stdout and stderr pass through (a warning once per grid), and the
+  last stderr line is kept (a user error is one `error:` line). Returns (exit status, last
+  stderr line)."""
   import subprocess
-  proc = subprocess.Popen([sys.executable, *run.command[1:]], stderr=subprocess.PIPE,
-                          text=True, errors="replace", preexec_fn=_die_with_parent)
+  import threading
+  # -u: its lines reach this pipe as they are printed, as they reached the terminal.
+  proc = subprocess.Popen([sys.executable, "-u", *run.command[1:]], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, errors="replace",
+                          preexec_fn=_die_with_parent)
   stop.child = proc
+  def stdout():  # beside stderr, so that neither pipe fills up while the other is read
+    for line in proc.stdout:
+      _pass_on(line, sys.stdout, stop.warned)
+  out = threading.Thread(target=stdout)
+  out.start()
   last = ""
   for line in proc.stderr:
-    sys.stderr.write(line)
-    sys.stderr.flush()
+    _pass_on(line, sys.stderr, stop.warned)
     last = line.strip() or last
+  out.join()
   code = proc.wait()
   stop.child = None
   if code < 0:
@@ -220,13 +246,33 @@ def run_grid(runs: list[Run]) -> tuple[dict, Stop]:
   return outcome, stop
 
 
-def write_table(root: str) -> None:
-  """The accuracy table of every run under root, as `python eval.py accuracy ROOT
-  --out=ROOT/table` writes it (lra.reporting)."""
+def _tabled(root: str, runs: list[Run], warnings: list[str]) -> tuple[list[str], list[str]]:
+  """(the run folders of the closing table, those under root it leaves out): this grid's
+  finished runs, and the runs under root of the (task, mixer)s it did not run; another
+  command's run of a model and task that this grid ran (another sweep, other seeds or
+  settings) is left out, so the table shows what this grid ran."""
+  from lra.reporting import results
+  mine = {str(paths.resolve(run.workdir)) for run in runs}
+  cells = {(run.task, ALIASES.get(run.model, (run.model,))[0]) for run in runs}
+  kept, left = [], []
+  for result in results.read_results([root], warnings):
+    folder = result["workdir"]
+    if folder in mine or (result["task"], result["mixer"]) not in cells:
+      kept.append(folder)
+    else:
+      left.append(folder)
+  return kept, left
+
+
+def write_table(root: str, runs: list[Run]) -> None:
+  """The accuracy table of this grid's `runs` (and of the other models and tasks under root),
+  as `python eval.py accuracy` writes it (lra.reporting), in ROOT/table."""
   from lra.commands.references import paper_configs
   from lra.reporting import accuracy, results
   warnings: list[str] = []
-  found = results.collect_results([root], warnings, references=paper_configs)
+  folders, left = _tabled(root, runs, warnings)
+  found = results.collect_results(folders, warnings, references=paper_configs) if folders \
+      else []
   for w in warnings:
     print(f"warning: {w}", file=sys.stderr)
   if not found:
@@ -235,6 +281,10 @@ def write_table(root: str) -> None:
   out = paths.resolve(root) / "table"
   table, text = accuracy.write_tables(found, out, paper_configs)
   _say(f"{text}\nwrote the accuracy table of {root}: {out}/accuracy.{{md,csv,json}}")
+  if left:
+    _say(f"not in it: {len(left)} run{'s' if len(left) > 1 else ''} under {root} of the models "
+         f"and tasks this grid ran, made by another command (e.g. {left[0]}); python eval.py "
+         f"accuracy {shlex.quote(root)} tables every run there")
   from lra.reporting import sweep_chart
   for chart in sweep_chart.write_charts(table, out):  # accuracy against each swept key
     _say(f"wrote {chart}")
@@ -267,14 +317,17 @@ def _main(args) -> None:
       what = f"{len(runs)} runs" if tasks == len(runs) else f"{tasks} cells of two stages"
       print(f"wrote {args.slurm}: a SLURM array of {what} (sbatch {args.slurm})")
     return
-  check_runs(runs, args.preset)  # every run's settings, before the first one starts
+  # Every run's settings, and the runs the root already holds, before the first one starts.
+  resumed = tuple(run for run in runs if finished(run)[0] is None
+                  and paths.resolve(run.workdir).exists())
+  check_runs(runs, args.preset, args.root, resumed, args.allow_config_change)
   start = time.time()
   outcome, stop = run_grid(runs)
   _summary(outcome, len(runs), time.time() - start)
   if stop.signum:
     name = signal.Signals(stop.signum).name
     fail(f"stopped by {name}; to resume, run the same command again", 128 + stop.signum)
-  write_table(args.root)
+  write_table(args.root, runs)
   if outcome["failed"]:
     sys.exit(1)
 

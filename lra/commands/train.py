@@ -4,11 +4,12 @@
 
 Overrides: --config.model.num_layers=2 (a key the config lacks is an error; lra.cli reads them
 as every command does). --explain_config prints the final config, each value with the layer
-that set it, and exits. Running the same command again resumes from the last checkpoint in
---workdir. --import=MODULE (repeatable, or
+that set it, checks it as a run does before its data, and exits. Running the same command
+again resumes from the last checkpoint in --workdir. --import=MODULE (repeatable, or
 the environment variable LRA_IMPORT) imports a module of your own before the config is loaded,
 so a mixer it registers can be named: --import=my_attention --config=configs/listops.py:NAME.
 """
+import json
 import logging as py_logging
 import os
 import re
@@ -25,8 +26,10 @@ flags.DEFINE_string("config", None, "configs/TASK.py:MODEL[,cpu][,paper]; change
                     "with --config.KEY=VALUE (KEY its path, e.g. --config.model.num_layers=2)")
 _EXPLAIN = flags.DEFINE_bool(
     "explain_config", False, "Print the final config of this run, each value with the layer "
-    "that set it (base, a preset, the task's config or table, the published recipe, the "
-    "mixer's own settings, the command line), and exit: no data, no --workdir needed.")
+    "that set it (base, the --config argument, a preset, the task's config or table, the "
+    "published recipe, the mixer's own settings, the command line), then check it as a run "
+    "does before its data (a value it refuses: one error line, exit 1), and exit: no data, "
+    "no --workdir needed.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and results.")
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "host:port of process 0, for multi-host runs "
@@ -114,6 +117,30 @@ def _parse_flags(argv):
   return rest
 
 
+def check_before_data(config, built: set[str] | None = None) -> None:
+  """The checks a run makes before it loads data or compiles, in their order: every setting's
+  rule and the mixer's setting names (config_checks.check_settings), the model built for the
+  task's sizes, and its parameters traced on them (a mixer that checks its heads against its
+  input's width refuses there, as the run's init does). --explain_config and the grid's check
+  of every run (lra.commands.grid_plan) make them; a refusal is a UserError. `built`: the
+  models already checked (the grid's points of one model are built and traced once)."""
+  import jax
+  import jax.numpy as jnp
+  from lra.training import config_checks, memory_check, trainer
+  config_checks.check_settings(config)
+  model_key = json.dumps([config.task, config.get("objective"), config.model.to_dict(),
+                          config.data.to_dict()], sort_keys=True, default=str)
+  if built is not None and model_key in built:
+    return
+  shapes = memory_check.task_shapes(config)
+  model = trainer.build_model(config, shapes)
+  ids = jax.ShapeDtypeStruct((1, shapes.max_len), jnp.int32)  # as create_state's dummy batch
+  pair = shapes.pair and config.get("objective") != "denoise"
+  jax.eval_shape(model.init, jax.ShapeDtypeStruct((2,), jnp.uint32), *(ids,) * (1 + pair))
+  if built is not None:
+    built.add(model_key)
+
+
 class _NoOrbaxInfo(py_logging.Filter):
   """Drops Orbax's INFO records (several lines per checkpoint save); its warnings pass."""
 
@@ -154,10 +181,14 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   config = _RUN["config"]
-  if _EXPLAIN.value:  # before JAX starts: no device, no data, no workdir
-    print("\n".join(config_sources.explain(config)))
-    return
   _quiet_backend_probe()
+  if _EXPLAIN.value:  # no data, no workdir
+    print("\n".join(config_sources.explain(config)), flush=True)
+    try:
+      check_before_data(config)
+    except errors.UserError as e:  # after the listing, as a run would refuse it
+      errors.fail(f"a run of this config is refused: {e}")
+    return
   import jax  # after flag parsing, so a bad command line fails fast
   from lra.training import config_checks, faults, preemption, profiling, trainer
   # Before anything compiles; a restart then loads the compiled programs from disk.

@@ -11,6 +11,7 @@ import zlib
 from typing import Any
 
 from lra import paths
+from lra.reporting.axes import log_ticks
 from lra.reporting.numbers import memory_text
 from lra.reporting.paper import MODEL_TITLES, PAPER_MODELS, model_order, model_title
 from lra.reporting.speed import speed_tables
@@ -28,22 +29,33 @@ def _pyplot() -> Any:
 # Every model the reports name, in a fixed order: a model's place here is its colour and marker
 # in every chart, whatever other models a chart shows (the paper's first, then the others).
 _KNOWN = tuple(dict.fromkeys((*PAPER_MODELS, *MODEL_TITLES)))
-_SLOTS = 60  # (colour, marker) pairs that differ: tab20's 20 colours x 12 markers, lcm 60
+# tab20 (its darker, more distinct half first) for the first 20 models, then colours of their
+# own for the later ones (Kelly's contrasting set, darker shades of tab20b), so that no two known
+# models share a colour. Append only: a colour's place is a model's colour.
+_COLOURS = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+    "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",  # tab20: the paper's 11, then up to mega_chunk
+    "#393b79", "#637939", "#7b4173",  # window16, window64, transformer_rotary
+    # Mamba-2, RetNet, GLA, HGRN2, DeltaNet, Gated DeltaNet, mLSTM, Based, Hyena
+    "#be0032", "#875692", "#f38400", "#008856", "#000000", "#00b3b3", "#e68fac", "#8db600",
+    "#654522",
+    # for models added later, and by hash for the others
+    "#f3c300", "#604e97", "#f99379", "#b3446c", "#dcd300", "#882d17", "#2b3d26", "#e25822",
+    "#0067a5", "#f6a600", "#4b0082", "#6b8e23")
+# (colour, marker) pairs that differ: the least common multiple of the two counts.
+_SLOTS = math.lcm(len(_COLOURS), len(_MARKERS))
 
 
 def model_style(model: str) -> tuple[Any, str]:
   """The (colour, marker) of `model` in every chart: by its place among the known models;
   another name (a mixer from outside models/, a row started from another run) by a hash of
   the name into the pairs no known model has, so it too looks the same in every chart."""
-  import matplotlib
-  cmap = matplotlib.colormaps["tab20"]
   if model in _KNOWN:
     index = _KNOWN.index(model)
   else:  # crc32, not hash(): the same in every process
     index = len(_KNOWN) + zlib.crc32(model.encode()) % (_SLOTS - len(_KNOWN))
-  # Even tab20 slots first: the darker, more distinct half of the palette.
-  slots = list(range(0, 20, 2)) + list(range(1, 20, 2))
-  return cmap(slots[index % 20]), _MARKERS[index % len(_MARKERS)]
+  return _COLOURS[index % len(_COLOURS)], _MARKERS[index % len(_MARKERS)]
 
 
 def _style(models: list[str]) -> dict[str, tuple[Any, str]]:
@@ -240,28 +252,16 @@ def _time_bars(ax: Any, tables: dict, model: str, colour: Any) -> bool:
 
 
 def _log_log_axes(axes: tuple[Any, Any], lengths: list[int], memory_unit: str = "GB") -> None:
-  """Lengths as powers of two; plain numbers (0.5, not 5x10^-1) on the log y axes."""
-  from matplotlib.ticker import FuncFormatter
-  plain = FuncFormatter(lambda v, _: f"{v:g}")
-
-  def minor_formatter(ax: Any) -> Any:
-    # Label 2x and 5x ticks only while the axis spans few decades, where they are needed.
-    def label(v: float, _: Any) -> str:
-      lo, hi = ax.get_ylim()
-      if lo <= 0 or math.log10(hi / lo) > 2:
-        return ""
-      lead = round(v / 10 ** math.floor(math.log10(v) + 1e-9), 6)
-      return f"{v:g}" if lead in (2.0, 5.0) else ""
-    return FuncFormatter(label)
+  """Lengths as powers of two; labelled plain numbers (0.5, not 5x10^-1) on the log y axes."""
   for ax, ylabel in zip(axes, ("step time (s)", f"memory per device ({memory_unit})")):
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(minor_formatter(ax))
     if lengths:
       ax.set_xticks(lengths)
       ax.set_xticklabels([str(n) for n in lengths])
       ax.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
+    if ax.get_lines():  # an empty panel keeps matplotlib's limits
+      log_ticks(ax, "y")
     ax.set_xlabel("sequence length (tokens)")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.3)

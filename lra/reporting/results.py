@@ -209,7 +209,7 @@ def collect_results(workdirs: list[str], warnings: list[str] | None = None, *,
     cells.setdefault((result["model"], result["task"]), []).append(result)
   kept = []
   for runs in cells.values():
-    swept, runs = sweeps.split(runs)  # the grid's --sweep points: one result per sweep
+    swept, runs = sweeps.split(runs, warnings)  # the grid's --sweep points: one result each
     pooled = [seeds.pool([_keep(repeats, references, warnings)
                           for repeats in seeds.by_seed(group)])
               for group in seeds.groups(runs)] + [sweeps.sweep_result(s) for s in swept]

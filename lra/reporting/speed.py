@@ -189,16 +189,27 @@ def size_note(machine: dict, found: list[dict], length: int | None) -> str | Non
 
 
 def steps_note(acc_table: dict, average: str, models: set[str]) -> str | None:
-  """A line for the bubble chart when, on a task of its `average`, the runs behind its points
-  (`models`) were trained for different numbers of steps (results.json num_train_steps), so
-  their accuracies are not of equal training; None when they agree."""
+  """The bubble chart's line on the steps its points' runs (`models`) trained (results.json
+  num_train_steps) on the tasks of its `average`: one figure where they agree (per task where
+  the tasks differ); where, on a task, the runs differ, those tasks' figures per model (their
+  accuracies are not of equal training); None where no run records them."""
   tasks = [average] if average in TASKS else list(TASKS5 if average == "avg5" else TASKS)
-  parts = []
+  found = {}
   for task in tasks:
     steps = {row["model"]: row["cells"][task]["run"].get("num_train_steps")
              for row in acc_table["rows"] if row["model"] in models and row["cells"][task]["run"]}
-    if len(set(steps.values())) > 1:
-      parts.append(f"{TASK_TITLES[task]}: " + ", ".join(
-          f"{model_title(m)} {'?' if n is None else f'{n:,}'}" for m, n in steps.items()))
-  return ("Trained for different numbers of steps (num_train_steps): " + "; ".join(parts)
-          if parts else None)
+    if steps:
+      found[task] = steps
+  parts = [f"{TASK_TITLES[task]}: " + ", ".join(
+      f"{model_title(m)} {'?' if n is None else f'{n:,}'}" for m, n in steps.items())
+      for task, steps in found.items() if len(set(steps.values())) > 1]
+  if parts:
+    return "Trained for different numbers of steps (num_train_steps): " + "; ".join(parts)
+  agreed = {task: n for task, steps in found.items() for n in set(steps.values())
+            if n is not None}
+  if not agreed:
+    return None
+  if len(set(agreed.values())) == 1:
+    return f"Runs trained for {next(iter(agreed.values())):,} steps (num_train_steps)"
+  return "Runs trained for (num_train_steps): " + "; ".join(
+      f"{TASK_TITLES[task]} {n:,} steps" for task, n in agreed.items())

@@ -12,10 +12,12 @@ width. Numbers on a log axis (a learning rate, a width) where all are positive; 
 (a string, a bool) one tick each."""
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from lra import paths, sweep_names
 from lra.reporting import charts, sweeps
+from lra.reporting.axes import steps_text
 from lra.reporting.paper import TASK_TITLES, model_order, model_title
 
 
@@ -49,32 +51,64 @@ def _axis(ax: Any, values: list[tuple], same: bool) -> dict:
   return {_text(value, same): i for i, value in enumerate(values)}
 
 
-def _panel(ax: Any, rows: list[dict], keys: tuple[str, ...]) -> dict:
-  """One task's panel: a line per model; returns {model: [(value text, test %)]}."""
+# Two models' points at one value closer than _NEAR (points of %) would cover each other: then
+# each model's line is set sideways, _DODGE points (1/72 inch) from the next, in the legend's
+# order.
+_NEAR, _DODGE = 2.5, 5.0
+
+
+def _shifts(models: list[str], lines: dict[str, list[tuple[str, float]]]) -> dict[str, float]:
+  """{model: sideways shift in points}: 0 for all where no two models' points at one value
+  are within _NEAR of each other, else each model its own."""
+  crowded = any(x == u and abs(y - v) < _NEAR for a, b in itertools.combinations(models, 2)
+                for x, y in lines[a] for u, v in lines[b])
+  return {m: (i - (len(models) - 1) / 2) * _DODGE if crowded else 0.0
+          for i, m in enumerate(models)}
+
+
+def _panel(ax: Any, rows: list[dict], keys: tuple[str, ...]) -> tuple[dict, bool]:
+  """One task's panel: a line per model; returns ({model: [(value text, test %)]}, whether
+  the lines were set sideways)."""
+  from matplotlib.transforms import ScaledTranslation  # matplotlib only where a chart is drawn
   profiles = {row["model"]: sweeps.profile(row, keys) for row in rows}
   found = {tuple(map(sweep_names.value_text, v)): v for p in profiles.values() for v, *_ in p}
   values = sorted(found.values(), key=lambda vs: [sweeps._order(v) for v in vs])
   same = all(len(set(map(sweep_names.value_text, value))) == 1 for value in values)
   where = _axis(ax, values, same)
+  models = model_order(list(profiles))
+  shifts = _shifts(models, {m: [(_text(v, same), y) for v, y, _, _ in profiles[m]]
+                            for m in models})
   drawn = {}
-  for model in model_order(list(profiles)):
+  for model in models:
     points = profiles[model]
     colour, marker = charts.model_style(model)
     xs = [where[_text(v, same)] for v, *_ in points]
     ys = [y for _, y, _, _ in points]
-    ax.plot(xs, ys, color=colour, marker=marker, label=model_title(model), linewidth=1.5)
+    # Set sideways by its few points, where models' points would cover each other.
+    moved = ax.transData + ScaledTranslation(shifts[model] / 72, 0, ax.figure.dpi_scale_trans)
+    ax.plot(xs, ys, color=colour, marker=marker, label=model_title(model), linewidth=1.5,
+            transform=moved)
     bars = [(x, y, s) for x, (_, y, s, _) in zip(xs, points) if s is not None]
     if bars:
       bx, by, bs = zip(*bars)
-      ax.errorbar(bx, by, yerr=bs, fmt="none", ecolor=colour, elinewidth=1, capsize=3)
+      ax.errorbar(bx, by, yerr=bs, fmt="none", ecolor=colour, elinewidth=1, capsize=3,
+                  transform=moved)
+    # A line set sideways is not counted in the limits by itself: its points and bars' ends are.
+    ax.update_datalim([(x, y + d * (sd or 0.0)) for x, (_, y, sd, _) in zip(xs, points)
+                       for d in (-1, 1)])
     drawn[model] = [(_text(v, same), y) for v, y, _, _ in points]
+  if any(shifts.values()):  # room at the sides for the outermost lines set sideways
+    wide = ax.get_window_extent().width * 72 / ax.figure.dpi  # points, before the layout
+    ax.margins(x=(max(map(abs, shifts.values())) + 8) / (0.8 * wide))
+  ax.autoscale_view()
   rates = [row["majority_rate"] for row in rows if row.get("majority_rate") is not None]
   if rates:  # where always answering the majority class scores
     charts._baseline_line(ax, max(rates), "majority class")
-  ax.set_xlabel((" = " if same else " / ").join(keys))
+  ax.set_xlabel((" = " if same else " / ").join(keys) +
+                (" (log scale)" if ax.get_xscale() == "log" else ""))
   ax.set_ylabel("test accuracy (%)")
   ax.grid(True, alpha=0.3)
-  return drawn
+  return drawn, any(shifts.values())
 
 
 def sweep_chart(path, rows: list[dict], keys: str | tuple[str, ...]) -> dict[str, Any]:
@@ -87,18 +121,25 @@ def sweep_chart(path, rows: list[dict], keys: str | tuple[str, ...]) -> dict[str
   tasks = list(dict.fromkeys(row["task"] for row in rows))
   fig, axes = plt.subplots(1, len(tasks), figsize=(6.5 * len(tasks), 5), squeeze=False)
   drawn: dict[str, Any] = {"lines": {}, "xscale": {}, "xlabel": {}}
+  shifted = False
   for ax, task in zip(axes[0], tasks):
-    drawn["lines"][task] = _panel(ax, [r for r in rows if r["task"] == task], keys)
+    drawn["lines"][task], moved = _panel(ax, [r for r in rows if r["task"] == task], keys)
+    shifted = shifted or moved
     drawn["xscale"][task] = ax.get_xscale()
     drawn["xlabel"][task] = ax.get_xlabel()
     ax.set_title(TASK_TITLES.get(task, task))
     ax.legend(fontsize=8)
   others = sorted({k for row in rows for k in row["keys"]} - set(keys))
   over = f" (over {', '.join(others)})" if others else ""
-  fig.suptitle(f"Test accuracy vs {' / '.join(keys)}")
+  steps = [run.get("num_train_steps") for row in rows for point in row["points"]
+           for run in point["runs"]]
+  drawn["title"] = f"Test accuracy vs {' / '.join(keys)} ({steps_text(steps)})"
+  fig.suptitle(drawn["title"])
   fig.tight_layout()
   drawn["note"] = (f"Each value: the point of best validation accuracy among those with that "
-                   f"value{over}, per seed; the mean over seeds, bars \u00b1 std.")
+                   f"value{over}, per seed; the mean over seeds, bars \u00b1 std." +
+                   (" Where models' points would cover each other, each model's line is set "
+                    "a few points sideways, in the legend's order." if shifted else ""))
   fig.text(0.01, -0.01, drawn["note"], fontsize=8, ha="left", va="top", wrap=True)
   charts._save(fig, path)
   return drawn

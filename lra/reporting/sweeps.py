@@ -8,9 +8,12 @@ sweep (best and worst test and validation accuracy over the points, how many poi
 chance), the sensitivity that a single chosen figure hides (Okpekpe & Orvieto 2025: recurrent
 models learn recall only in a narrow learning-rate window). `profile` gives the accuracy
 against one swept key, or against linked keys that moved together (`axes` finds them: the
-grid's --sweep KEY1,KEY2=(..),(..)), which lra.reporting.sweep_chart draws."""
+grid's --sweep KEY1,KEY2=(..),(..)), which lra.reporting.sweep_chart draws. A run in a point's
+folder that records another value than the name spells (two folders swapped) is named and
+left out (`_misnamed`), not taken for a run of no sweep."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 
@@ -48,16 +51,54 @@ def _identity(result: dict, keys: list[str]) -> str:
   return json.dumps([keys, config, comparable.data_key(result)], sort_keys=True, default=str)
 
 
-def split(runs: list[dict]) -> tuple[list[list[tuple[dict, dict]]], list[dict]]:
-  """The runs of one cell: ([each sweep's [(run, its point)]], the runs that are no point)."""
+def _spelled(text: str, value) -> bool:
+  """Whether a folder name's `text` is the recorded `value` (as the grid spells it, or another
+  spelling of the same literal: 1e-3 for 0.001)."""
+  if sweep_names.value_text(value) == text:
+    return True
+  try:
+    return ast.literal_eval(text) == value
+  except (ValueError, SyntaxError):  # a word, not a literal: spelled otherwise
+    return False
+
+
+def _misnamed(result: dict) -> str | None:
+  """Why a run in a point's folder is not that point: its folder name spells a value that its
+  results.json records otherwise (two point folders swapped, one renamed); None for a point
+  and for a folder whose name is no point (or names keys the run does not record)."""
+  config = result.get("config")
+  point = sweep_names.parse_point(os.path.basename(str(result["workdir"]).rstrip("/")))
+  if not isinstance(config, dict) or point is None:
+    return None
+  recorded = config_record.flat(config)
+  if any(key not in recorded for key in point):
+    return None
+  wrong = [key for key, text in point.items() if not _spelled(text, recorded[key])]
+  if not wrong:
+    return None
+  return ("its folder is named for " + ", ".join(f"{key}={point[key]}" for key in wrong) +
+          " but its results.json records " + ", ".join(
+              f"{key}={sweep_names.value_text(recorded[key])}" for key in wrong))
+
+
+def split(runs: list[dict], warnings: list[str]) -> tuple[list[list[tuple[dict, dict]]],
+                                                          list[dict]]:
+  """The runs of one cell: ([each sweep's [(run, its point)]], the runs that are no point); a
+  run whose folder names another point than it records (_misnamed) is a line in `warnings`
+  and left out of both."""
   sweeps: dict[str, list[tuple[dict, dict]]] = {}
   rest = []
   for run in runs:
     point = _point(run)
-    if point is None:
-      rest.append(run)
-    else:
+    if point is not None:
       sweeps.setdefault(_identity(run, sorted(point)), []).append((run, point))
+      continue
+    why = _misnamed(run)
+    if why is not None:
+      warnings.append(f"{run['workdir']}: {why} (point folders swapped or renamed?); skipped: "
+                      f"rename it to its point or move it out of the sweep")
+    else:
+      rest.append(run)
   return list(sweeps.values()), rest
 
 
@@ -81,7 +122,8 @@ def _figures(name: str, values: dict, runs: dict) -> dict:
   chance (every judged run at chance; None where none is judged)."""
   entries = [{"seed": seed, "test_accuracy": pct(run["test_accuracy"]),
               "best_val_accuracy": pct(run.get("best_val_accuracy")),
-              "at_chance": chance.at_chance(run), "workdir": run["workdir"]}
+              "at_chance": chance.at_chance(run), "workdir": run["workdir"],
+              "num_train_steps": run.get("num_train_steps")}
              for seed, run in sorted(runs.items(), key=lambda item: _order(item[0]))]
   judged = [e["at_chance"] for e in entries if e["at_chance"] is not None]
   return {"name": name, "values": values, "runs": entries,

@@ -64,8 +64,9 @@ def open(config, workdir: str, mesh, allow_config_change: bool = False):  # noqa
   # A run cut short; an outside mixer's settings that no rule checks.
   _warn([w for w in (config_checks.short_run_warning(config),
                      config_checks.unruled_warning(config)) if w])
+  made = not workdir.exists()  # a refused run removes a workdir it made and left empty
   faults.prepare_workdir(workdir)  # a folder this process can write
-  lock = workdir_lib.Lock(workdir)  # a second trainer on this workdir stops here
+  lock = workdir_lib.Lock(workdir, made)  # a second trainer on this workdir stops here
   run = None
   try:
     run = Run(config, workdir, mesh, allow_config_change)

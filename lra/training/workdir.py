@@ -2,6 +2,7 @@
 resumed run is the run its checkpoints were made with, and the record of a divergence."""
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -24,13 +25,16 @@ class Lock:
   """An exclusive lock on WORKDIR/.lock while a trainer runs, so that a second one stops at
   once instead of failing inside Orbax. Taken by process 0 only (the processes of one
   multi-host run share the workdir). flock exists only on a local disk: a remote workdir
-  (gs://...) is not locked."""
+  (gs://...) is not locked. `made`: this run made the workdir; a run refused before it saved
+  anything there (bad data, a setting refused as the model is traced) removes it again on
+  release, so it leaves no folder holding only `.lock`."""
 
-  def __init__(self, workdir):
+  def __init__(self, workdir, made: bool = False):
     self._fd = None
     if paths.is_remote(workdir) or jax.process_index() != 0:
       return
-    path = os.path.join(os.fspath(workdir), ".lock")
+    self._folder, self._made = os.fspath(workdir), made
+    path = os.path.join(self._folder, ".lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -41,9 +45,19 @@ class Lock:
     self._fd = fd
 
   def release(self) -> None:
-    if self._fd is not None:
-      os.close(self._fd)  # closing the last descriptor releases the lock
-      self._fd = None
+    if self._fd is None:
+      return
+    empty = self._made and os.listdir(self._folder) == [".lock"]
+    if empty:  # unlinked while still held: no other trainer can take a lock on it meanwhile
+      os.unlink(os.path.join(self._folder, ".lock"))
+    os.close(self._fd)  # closing the last descriptor releases the lock
+    self._fd = None
+    if empty:
+      try:
+        os.rmdir(self._folder)
+      except OSError as e:  # another trainer has just made its .lock there: the folder is its
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+          raise
 
 
 def differences(old: dict, new: dict) -> dict[str, list]:
@@ -98,11 +112,11 @@ def _check_identity(changes: dict[str, list], workdir) -> None:
                     f"model or task; pick a new --workdir")
 
 
-def check_resume(config, workdir, reference: dict | None, step: int,
-                 allow: bool) -> dict | None:
-  """Whether the run in `workdir`, made with the config `reference` (None: nothing made yet)
-  and now at `step`, may go on under `config`: raises UserError if not; else returns the
-  record of what changed ({"step", "changes", "after_divergence", ALLOW_FLAG}) or None."""
+def _review(config, workdir, reference: dict | None, step: int
+            ) -> tuple[dict[str, list], list[str], list[dict]]:
+  """(every change, the changes that change the result as "KEY OLD -> NEW", the divergences a
+  resume at `step` would meet again) of the run in `workdir` (see check_resume); refuses at
+  once what no flag allows: another model or task, a run trained beyond num_train_steps."""
   changes = ({} if reference is None else
              differences(reference, config_record.as_json(config)))
   _check_identity(changes, workdir)  # another task or model first: its steps mean nothing here
@@ -117,6 +131,23 @@ def check_resume(config, workdir, reference: dict | None, step: int,
   # A checkpoint saved before a divergence leads to it again under the same settings.
   diverged = [e for e in read_json(paths.resolve(workdir) / DIVERGED) or []
               if step <= (e["last_checkpoint"] or 0)]
+  return changes, binding, diverged
+
+
+def resume_problems(config, workdir, reference: dict | None, step: int) -> list[str]:
+  """What only ALLOW_FLAG lets a resume of the run in `workdir` go on with, one short text
+  each ([]: nothing), as check_resume judges it: the grid asks for every run before the
+  first one starts. Raises UserError for what no flag allows."""
+  _, binding, diverged = _review(config, workdir, reference, step)
+  return binding + ([f"diverged by step {diverged[-1]['step']}"] if diverged else [])
+
+
+def check_resume(config, workdir, reference: dict | None, step: int,
+                 allow: bool) -> dict | None:
+  """Whether the run in `workdir`, made with the config `reference` (None: nothing made yet)
+  and now at `step`, may go on under `config`: raises UserError if not; else returns the
+  record of what changed ({"step", "changes", "after_divergence", ALLOW_FLAG}) or None."""
+  changes, binding, diverged = _review(config, workdir, reference, step)
   problems = []
   if binding:
     problems.append(f"does not fit this config ({workdir}/config.json holds its settings): "
