@@ -13,7 +13,7 @@ from lra import rules
 from lra.models.classifiers import PAIR_FEATURES, Classifier, Denoiser, DualClassifier
 from lra.models.recurrent_mixer import ShortConv
 from lra.models.settings import (INPUT_ENCODERS, NORMS, POOLINGS, POSITIONS, EncoderConfig,
-                                 check_encoder)
+                                 check_encoder, check_reading)
 
 
 def sinusoidal_positions(length: int, dim: int) -> np.ndarray:
@@ -386,7 +386,9 @@ def build(model: dict, *, vocab_size: int, num_classes: int, max_len: int, pair:
   encoder = Encoder(vocab_size=vocab_size, max_len=max_len, mixer=mixer,
                     mixer_settings=settings, config=config,
                     mask_id=vocab_size - 1 if mask_token else -1)
-  _longest_mixer(encoder)  # a bad mixer setting fails here, before any tracing
+  mixer_module, _ = _longest_mixer(encoder)  # a bad mixer setting fails here, before tracing
+  if not denoise:  # a pooled classifier: no CLS token in front of a causal reading
+    check_reading(dict(model, name=mixer), mixer_module.causal_reading())
   if denoise:
     return Denoiser(encoder, num_classes)
   if pair:

@@ -11,6 +11,11 @@ in both. This is the averaged two-pass scheme our Mamba uses (Vision Mamba's), w
 rather than separate per-direction parameters; Hydra (Hwang et al. 2024) instead adds a
 forward and a backward pass that each exclude the diagonal and adds a separate diagonal term,
 with separate dt per direction: a quasiseparable matrix mixer we do not build here.
+`combine="gated"` weighs each pass by a learned sigmoid gate of the query (per head, position
+and direction; zero-initialised, so it starts as the mean): a query can read mostly the pass
+that carries what it needs. Why that matters: averaged, the backward pass of a position brings
+everything after it, and a mixer without an input-dependent write strength (GLA, RetNet) cannot
+keep filler out of it (MQAR: docs/data.md).
 """
 from __future__ import annotations
 

@@ -85,3 +85,13 @@ def test_a_based_setting_that_no_layer_of_its_depth_reads_is_idle():
       "config.model.attention.chunk_size=16 does nothing: only causal linear attention reads "
       "it (config.model.attention.causal=False)"]
   assert Based(num_layers=2, chunk_size=16, causal=True).idle_at(100) == []
+
+
+def test_models_build_refuses_it_too_but_not_a_per_token_head():
+  config = listops.get_config("transformer,cpu")
+  config.model.attention.causal = True
+  build = lambda denoise: models.build(config.model.to_dict(), vocab_size=20, num_classes=10,
+                                       max_len=100, pair=False, denoise=denoise)
+  with pytest.raises(UserError, match="config.model.pooling='CLS' is not valid"):
+    build(False)
+  build(True)
