@@ -256,11 +256,12 @@ def test_hybrid_conv_makes_even_layers_baseconv_and_counts_their_state():
   """Zoology's Hybrid [BaseConv, mixer]: layers 0 and 2 are Based's conv kind (its parameters,
   its state of (k - 1) D), layer 1 the mixer; the embedding starts at the std asked for."""
   from lra.training import run_record
-  model = _model(name="gla", num_layers=3, hybrid_conv=3, embed_init=0.02, num_heads=2)
+  recurrent = dict(name="gla", num_layers=3, num_heads=2, use_cls=False, pooling="MEAN")
+  model = _model(**recurrent, hybrid_conv=3, embed_init=0.02)
   params = _run(lambda: model.init(jax.random.PRNGKey(0), _tokens()))["params"]["encoder"]
   kinds = [sorted(params[f"block_{i}"]["mixer"]) for i in range(3)]
   assert kinds[0] == kinds[2] == ["base_conv"] and "q_proj" in kinds[1]
   assert abs(float(np.std(params["embed"]["embedding"])) - 0.02) < 0.005
   state = run_record.carried_state(model)
-  plain = run_record.carried_state(_model(name="gla", num_layers=3, num_heads=2))
+  plain = run_record.carried_state(_model(**recurrent))
   assert state["per_layer"] == [2 * DIM, plain["per_layer"][1], 2 * DIM]
