@@ -67,6 +67,8 @@ def tiny_model(name: str, **overrides) -> dict:
   attention = tiny_settings(name)
   attention.update(overrides.pop("attention", None) or {})
   model.update(overrides)
+  # At least the mixer's MIN_LAYERS, as the configs give it (Based: one layer is BaseConv alone).
+  model["num_layers"] = max(model["num_layers"], registry.get(name).MIN_LAYERS)
   model["attention"] = attention
   return model
 

@@ -116,6 +116,7 @@ _ENCODER_FIELDS = {f.name for f in dataclasses.fields(EncoderConfig)}
 def _build(name, attention=None, **model):
   """The tiny model with the settings every task config gives `name` (its ENCODER_SETTINGS)."""
   model = {**_TINY_MODEL, **registry.encoder_settings(name), **model}
+  model["num_layers"] = max(model["num_layers"], registry.get(name).MIN_LAYERS)  # as configs do
   if not registry.takes_attention_dropout(name):
     model.setdefault("attention_dropout_rate", 0.0)
   return models.build(dict(name=name, attention=attention or {}, **model),
