@@ -152,3 +152,14 @@ def test_mqar_reads_each_recurrence_in_its_lra_direction(option):
   for name in ("s5", "s4d", "mega"):
     assert mqar.get_config(name + option).model.attention.bidirectional, name
   assert not mqar.get_config("lru" + option).model.attention.bidirectional
+
+
+def test_the_recipes_start_token_embeddings_as_fla_does_on_lra_and_mqar():
+  """fla's N(0, 0.02) embedding (configs/published/recurrent.py) with `cpu` too, on a token
+  task and on MQAR (configs/table.py); the pixel encoder has none; other models keep 1.0."""
+  from lra.configs import image, listops
+  assert listops.get_config("gla,cpu").model.embed_init == 0.02
+  assert mqar.get_config("retnet,cpu").model.embed_init == 0.02
+  assert image.get_config("gla,cpu").model.input_encoder == "linear"
+  assert image.get_config("gla,cpu").model.embed_init == 1.0
+  assert mqar.get_config("transformer,cpu").model.embed_init == 1.0
