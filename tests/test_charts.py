@@ -315,7 +315,7 @@ def _listops(root, model: str, steps: int) -> None:
 
 
 @pytest.mark.parametrize("steps, said", [((100, 200), True), ((100, 100), False)])
-def test_bubble_chart_says_when_its_points_trained_for_different_steps(
+def test_bubble_chart_says_how_many_steps_its_points_trained(
     capsys, tmp_path, monkeypatch, steps, said):
   _listops(tmp_path / "runs", "transformer", steps[0])
   _listops(tmp_path / "runs", "s5", steps[1])
@@ -333,6 +333,7 @@ def test_bubble_chart_says_when_its_points_trained_for_different_steps(
                      "Transformer 100, S5 200"]
   else:
     assert notes == []
+    assert "Runs trained for 100 steps (num_train_steps)" in drawn[0]["notes"]
 
 
 # ----------------------------------------------------- readable at one length, one model, twelve
@@ -394,7 +395,7 @@ def _markers(ax) -> list[tuple[float, float]]:
 def test_the_recall_chart_shows_every_point_on_a_labelled_log_axis(tmp_path, saved, models):
   from lra.reporting import recall
   points = _points(models)
-  drawn = recall.recall_chart(tmp_path / "r.png", points)
+  recall.recall_chart(tmp_path / "r.png", points)
   (ax,) = saved[0].axes
   assert len(_tick_labels(ax.xaxis)) >= 3 and "log scale" in ax.get_xlabel()
   where = _markers(ax)
@@ -414,20 +415,6 @@ def test_every_known_model_has_a_colour_of_its_own_and_the_older_keep_theirs():
   assert [to_hex(charts.model_style(m)[0]) for m in ("transformer", "performer", "s5", "mamba")
           ] == ["#1f77b4", "#aec7e8", "#c49c94", "#c7c7c7"]
   assert charts.model_style("relu_linear") == charts.model_style("relu_linear")
-
-
-def test_the_bubble_chart_says_how_many_steps_its_runs_trained(capsys, tmp_path, monkeypatch):
-  _listops(tmp_path / "runs", "transformer", 300)
-  _listops(tmp_path / "runs", "s5", 300)
-  (tmp_path / "speed.json").write_text(json.dumps(SPEED))
-  drawn = []
-  real = charts.bubble_chart
-  monkeypatch.setattr(charts, "bubble_chart", lambda *a, **k: drawn.append(real(*a, **k)))
-  code, _, err = run_eval(capsys, "accuracy", str(tmp_path / "runs"),
-                          f"--speed={tmp_path / 'speed.json'}", "--average=listops",
-                          f"--out={tmp_path / 'out'}")
-  assert code == 0, err
-  assert "Runs trained for 300 steps (num_train_steps)" in drawn[0]["notes"]
 
 
 def _sweep_rows(models) -> list[dict]:

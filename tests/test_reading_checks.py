@@ -7,7 +7,7 @@ from lra import models
 from lra.configs import listops, mqar
 from lra.errors import UserError
 from lra.models.based import Based
-from lra.training import config_checks
+from lra.commands.train import check_before_data  # the checks a run makes before its data
 
 
 def _refusal(model: str, reading: str) -> str:
@@ -31,11 +31,11 @@ def test_a_cls_token_pooled_under_causal_reading_is_refused_in_one_line(model, a
   config.model.use_cls, config.model.pooling = True, "CLS"
   config.model.attention.update(attention)
   with pytest.raises(UserError) as e:
-    config_checks.check_settings(config)
+    check_before_data(config)
   assert str(e.value) == _refusal(model, refused_by)
   # The fix the line names passes.
   config.model.use_cls, config.model.pooling = False, "MEAN"
-  config_checks.check_settings(config)
+  check_before_data(config)
 
 
 def test_causal_reading_stays_where_nothing_pools_the_cls_token():
@@ -44,14 +44,14 @@ def test_causal_reading_stays_where_nothing_pools_the_cls_token():
   config = listops.get_config("transformer,cpu")
   config.model.attention.causal = True
   with pytest.raises(UserError):
-    config_checks.check_settings(config)
+    check_before_data(config)
   config.model.use_cls, config.model.pooling = True, "CLS"
   config.objective = "denoise"  # the per-token head pools nothing
-  config_checks.check_settings(config)
+  check_before_data(config)
   causal = mqar.get_config("transformer,cpu")
   causal.model.attention.causal = True
   causal.model.use_cls, causal.model.pooling = True, "CLS"
-  config_checks.check_settings(causal)
+  check_before_data(causal)
 
 
 def _idle(arg: str, **attention) -> list[str]:

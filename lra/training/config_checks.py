@@ -1,13 +1,11 @@
 """Settings that cannot be right, refused in one line before a run loads data or compiles
 anything. The encoder's and the mixer's value rules run where the model is built
-(models.build); here the mixer's name and setting names, which need no data, and the rule
-across the encoder's pooling and how the mixer reads (check_reading)."""
+(models.build); here only the mixer's name and setting names, which need no data."""
 from __future__ import annotations
 
 import jax
 
 from lra.data import settings as data_settings
-from lra.data import tasks
 from lra.errors import UserError
 from lra.training import options, profiling, writers
 from lra.models import registry
@@ -31,10 +29,9 @@ def check_config(config, devices: int) -> None:
 
 
 def check_settings(config) -> None:
-  """check_config's rules that need no device count: every setting's own rule,
+  """check_config's rules that need no device (nor JAX's backend): every setting's own rule,
   (the trainer's, lra/training/options.py; the task's data settings, lra/data/settings.py),
-  the mixer's setting names, a CLS token pooled under a mixer that reads causally (the mixer
-  made, so its own rules run too), the profile range, the writers. The grid checks every run's
+  the mixer's setting names, the profile range, the writers. The grid checks every run's
   config with them before its first run starts (lra.commands.grid_plan.check_runs)."""
   for key, option in options.TABLE.items():
     if option.rule is not None and key in config:
@@ -43,25 +40,8 @@ def check_settings(config) -> None:
     if setting.rule is not None and key in config.data:
       s.check(f"config.data.{key}", config.data[key], setting.rule)
   registry.check_settings(config.model.name, config.model.attention.keys())
-  check_reading(config)
   profiling.profile_range(config)  # "START,STOP" or ""
   writers.check(config)  # known names; wandb installed where named
-
-
-def check_reading(config) -> None:
-  """Refuses a classifier that pools a CLS token placed in front while its mixer reads
-  causally (models/settings.py check_reading); a run whose head reads every position (denoise,
-  a per-position task) pools nothing."""
-  facts = tasks.FACTS.get(config.get("task"))
-  if config.get("objective") == "denoise" or (facts is not None and facts.per_position):
-    return
-  from lra.models import encoder, settings  # Flax and the mixers, as models.build
-  model = config.model.to_dict()
-  settings.check_encoder(model)  # values the mixer is made from, each against its rule
-  fields = {k: model[k] for k in settings.encoder_defaults() if k in model}
-  mixer = encoder.make_mixer(model["name"], model.get("attention") or {},
-                             settings.EncoderConfig(**fields))
-  settings.check_reading(model, mixer.causal_reading())
 
 
 def check_train_split(config, train_examples: int) -> None:
