@@ -4,6 +4,7 @@ from __future__ import annotations
 import ml_collections
 
 from lra import config_sources as sources
+from lra import rules
 from lra.configs import table
 from lra.errors import UserError
 from lra.training import options
@@ -64,9 +65,9 @@ def base_config(model: str) -> ml_collections.ConfigDict:
   # num_heads) come per task from configs/table.py.
   c.model.update(settings.encoder_defaults())
 
-  # The trainer's settings after the model's, in the order of its table (defaults, value rules
-  # and what each is for: lra/training/options.py).
-  options.fill(c, [name for name in options.TABLE if name != "seed"])
+  # The trainer's settings after the model's, in their declared order (defaults, value rules
+  # and what each is for: lra/training/options.py TrainerConfig).
+  options.fill(c, [name for name in rules.declared(options.TrainerConfig) if name != "seed"])
   sources.note(c, sources.BASE)
   c.model.attention.update(registry.default_settings(model))
   if not registry.takes_attention_dropout(model):  # no attention weights (ATTENTION_DROPOUT)

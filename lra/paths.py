@@ -35,6 +35,17 @@ def resolve(path) -> epath.Path:
   return epath.Path(os.path.abspath(os.path.expanduser(text)))
 
 
+def relative(path, base) -> str:
+  """`path` written relative to the folder `base` ("best/3000", "../run_pretrain"): what runs
+  and reports record, so that a copied or committed folder names no absolute path of the
+  machine that made it. A URL stays whole unless it lies under a `base` URL."""
+  path, base = os.fspath(resolve(path)), os.fspath(resolve(base))
+  if is_remote(path) or is_remote(base):
+    prefix = base.rstrip("/") + "/"
+    return path[len(prefix):] if path.startswith(prefix) else path
+  return os.path.relpath(path, base)
+
+
 def write_bytes(path, data: bytes) -> None:
   """Writes a whole file that readers never see half written: a local file is written beside
   and renamed; an object store publishes an object only when its upload completes."""

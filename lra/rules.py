@@ -11,7 +11,7 @@ import dataclasses
 import difflib
 import math
 import numbers
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 # The one base of user errors; lra/errors.py imports nothing of the project (no cycle, no JAX).
 from lra.errors import UserError
@@ -173,14 +173,20 @@ class Setting:
   made). `rule`: its value rule above (None: no range to check). `resume`: may change on a
   resume (it only extends or observes the run), except under the schedules in `fixed_under`.
   `ignored`: the paper comparison ignores it (it does not change what the run measures).
-  `only_with`: (setting, value) without which it does nothing (a given value is warned of)."""
+  `only_with`: (other setting of the same layer, value) or (other, value, why): this one does
+  nothing unless the other has that value (`unmet` finds those that do nothing). What a layer
+  does with one is the layer's, said where it checks: a model's settings (the encoder's,
+  models/settings.py; a mixer's, models/common.py) refuse a value other than the default
+  (`refuse_unmet`), since no config sets one; the run's (trainer, data: lra/training/
+  config_checks.py idle_overrides) warn of a value given on the command line, since a task's
+  table sets mask_rate for every run and a grid passes one --config to all its stages."""
   default: Any
   rule: Any
   doc: str
   resume: bool = False
   ignored: bool = False
   fixed_under: tuple[str, ...] = ()
-  only_with: tuple[str, Any] = ()
+  only_with: tuple = ()
 
   def field(self) -> Any:
     """This setting as a dataclass field (a Flax module's or a config dataclass's)."""
@@ -196,3 +202,28 @@ def declared(cls) -> dict[str, Setting]:
   """{name: Setting} of a dataclass's (or a Flax module's) fields declared with `setting`."""
   return {f.name: f.metadata["setting"] for f in dataclasses.fields(cls)
           if "setting" in f.metadata}
+
+
+def unmet(settings: Mapping[str, Setting], values: Mapping[str, Any]
+          ) -> dict[str, tuple[str, Any, str]]:
+  """{name: (other, wanted, why)} of the `settings` (one layer's, as `declared` gives them)
+  that do nothing with these `values` of the layer: their only_with setting has not the value
+  it needs (an absent value counts as its default); `why` is " (reason)" or ""."""
+  found = {}
+  for name, declaration in settings.items():
+    if declaration.only_with:
+      other, wanted, *why = declaration.only_with
+      if values.get(other, settings[other].default) != wanted:
+        found[name] = (other, wanted, f" ({why[0]})" if why else "")
+  return found
+
+
+def refuse_unmet(settings: Mapping[str, Setting], values: Mapping[str, Any], key) -> None:
+  """A model's settings (`values`, keyed as `settings`; `key(name)` its config key): one that
+  does nothing with the others (`unmet`) and is given a value other than its default is
+  refused in one line naming the setting it needs."""
+  for name, (other, wanted, why) in unmet(settings, values).items():
+    default = settings[name].default
+    if name in values and values[name] != default:
+      fail(key(name), values[name], f"its default {default!r} unless {key(other)}={wanted!r}"
+           f"{why}")

@@ -26,7 +26,9 @@ class Mixer(nn.Module):
   field is a user setting, set in config.model.attention and declared the one way:
   `name: int = rules.setting(default, rule, "one-line doc")` (lra/rules.py), whose rule runs
   when the mixer is constructed, so models.build rejects a bad config before anything is traced
-  (`setting_rules()` lists them).
+  (`setting_rules()` lists them). One that does nothing unless another setting of the mixer has
+  a value declares it, `only_with=(other, value)`, and a value other than its default is then
+  refused, as the encoder's are (lra.rules.refuse_unmet).
 
   Constants (class attributes, read by the registry from the class):
     `SUBQUADRATIC` (False): True when the mixer never forms an array with two axes of the
@@ -39,7 +41,9 @@ class Mixer(nn.Module):
       tiny models apply them (registry.encoder_settings).
     `SETTINGS_WHEN` (()): mixer settings that follow from encoder settings, ((condition,
       settings), ...) with the condition a dict of encoder settings; configs apply the settings
-      of each condition their encoder settings meet (registry.settings_when).
+      of each condition their encoder settings meet (registry.settings_when). Not an
+      `only_with`: it gives a setting the value that follows (a default that depends on the
+      encoder), where `only_with` says a setting does nothing.
     `OPTIMIZER_GROUP` (()): leaf names of the parameters trained apart, at
       config.ssm_learning_rate without weight decay (lra/training/optim.py).
     `MIN_LAYERS` (1): the fewest encoder blocks that make the mixer what its paper describes
@@ -54,6 +58,10 @@ class Mixer(nn.Module):
       subclass adds rules across settings.
     `check_length(length)` (nothing): rules that need the longest sequence the mixer will see.
     `idle_at(length)` ([]): one line for each setting that does nothing at that length.
+      Not an `only_with`: it turns on the input length (Mega's chunk_size) or the kinds of
+      layer at this depth (Based's), known once the model is built for a task, and the same
+      settings act on a longer task or at another depth, so its lines are warned of and
+      recorded (results.json), not refused.
     `causal_reading()` (None): the setting that makes the configured mixer read causally
       (each position only itself and earlier ones), e.g. "config.model.attention.causal=True";
       overridden by each mixer that can (a CLS token in front then sees only itself, so a
@@ -97,9 +105,12 @@ class Mixer(nn.Module):
     return None
 
   def check_settings(self) -> None:
-    """Each user setting against its rule, then the encoder fields this mixer receives."""
+    """Each user setting against its rule and its only_with, then the encoder fields this
+    mixer receives."""
     for name, rule in self.setting_rules().items():
       s.check(s.attention_key(name), getattr(self, name), rule)
+    declared = s.declared(type(self))
+    s.refuse_unmet(declared, {n: getattr(self, n) for n in declared}, s.attention_key)
     s.check(s.model_key("attention_dropout_rate"), self.dropout_rate,
             s.Float(0.0, 1.0, open="high"))
     if not self.ATTENTION_DROPOUT and self.dropout_rate > 0.0:

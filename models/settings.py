@@ -2,14 +2,16 @@
 `rules.setting` (default, rule and one-line doc: the one way every layer declares a setting,
 lra/rules.py); `check_encoder` checks them and the rules across them when the model is built.
 
-A mixer declares its user settings the same way, as its dataclass fields (models/common.py).
+A mixer declares its user settings the same way, as its dataclass fields (models/common.py),
+and so do the trainer (lra/training/options.py) and each task's data (lra/data/settings.py).
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Mapping
 
-from lra.rules import Bool, Choice, Float, Int, check, declared, fail, model_key, setting
+from lra.rules import (Bool, Choice, Float, Int, check, declared, fail, model_key,
+                       refuse_unmet, setting)
 
 
 # --- the encoder's settings (config.model.*), each declared once ---
@@ -73,18 +75,22 @@ class EncoderConfig:
                              "taps) in place of the mixer, as Zoology's Hybrid; 0: none")
   embed_init: float = setting(1.0, Float(0.0, open="low"),
                               "std of the token embedding's normal initialisation (1.0: "
-                              "LRA's; fla's and Zoology's models use 0.02)")
+                              "LRA's; fla's and Zoology's models use 0.02)",
+                              only_with=("input_encoder", "embedding"))
   # The switches below let a published config reproduce its authors' function (docs/recipes.md);
   # their defaults are LRA's.
   final_norm: bool = setting(True, Bool(), "a norm after the last pre-norm block (LRA's final "
-                             "LayerNorm); False: none, as the S5 and LRU stacks")
+                             "LayerNorm); False: none, as the S5 and LRU stacks",
+                             only_with=("prenorm", True, "post-norm blocks end normalised"))
   input_encoder: str = setting("embedding", Choice(INPUT_ENCODERS),
                                '"embedding" (a learned row per token id) or "linear": '
                                "Dense(1 -> emb_dim) of (id - input_mean) / input_std, the "
                                "SSM papers' encoder of pixel intensities")
-  input_mean: float = setting(0.0, Float(), 'the "linear" input encoder subtracts it')
+  input_mean: float = setting(0.0, Float(), 'the "linear" input encoder subtracts it',
+                              only_with=("input_encoder", "linear"))
   input_std: float = setting(1.0, Float(0.0, open="low"),
-                             'the "linear" input encoder divides by it')
+                             'the "linear" input encoder divides by it',
+                             only_with=("input_encoder", "linear"))
   input_dropout: bool = setting(True, Bool(), "dropout (dropout_rate) on the embedded input; "
                                 "False: none, as the S4 and S5 stacks")
   head: str = setting("mlp", Choice(HEADS), '"mlp": LRA\'s Dense(mlp_dim)-ReLU-Dense (pair '
@@ -92,7 +98,8 @@ class EncoderConfig:
                       'Dense, "gelu_mlp": Dense(mlp_dim)-GELU-Dense')
   batch_norm_momentum: float = setting(0.9, Float(0.0, 1.0, open="high"),
                                        "BatchNorm's running averages: new = m old + (1 - m) "
-                                       "batch (S5's default is 0.95)")
+                                       "batch (S5's default is 0.95)",
+                                       only_with=("norm", "batch"))
   pad_like_authors: bool = setting(False, Bool(), "let padding into the blocks and norms "
                                    "(mixers and BatchNorm see padded positions as real, "
                                    "pooling still skips them), as the official S4 and S5 "
@@ -106,28 +113,16 @@ def encoder_defaults() -> dict[str, Any]:
 
 def check_encoder(model: Mapping[str, Any]) -> None:
   """The encoder settings given in `model` (config.model): each against its rule, then the
-  combinations they allow together."""
+  combinations they allow together (one whose only_with is unmet keeps its default)."""
   for name, declaration in declared(EncoderConfig).items():
     if name in model:
       check(model_key(name), model[name], declaration.rule)
   if model.get("pooling") == "CLS" and not model.get("use_cls", True):
     fail(model_key("pooling"), "CLS", "'MEAN' or 'SUM' with config.model.use_cls=False "
          "('CLS' pools the CLS token)")
-  # A setting that would do nothing is refused rather than silently ignored.
-  inert = [("final_norm", "config.model.prenorm=True (post-norm blocks end normalised)",
-            not model.get("prenorm", True)),
-           ("input_mean", 'config.model.input_encoder="linear"',
-            model.get("input_encoder", "embedding") != "linear"),
-           ("input_std", 'config.model.input_encoder="linear"',
-            model.get("input_encoder", "embedding") != "linear"),
-           ("embed_init", 'config.model.input_encoder="embedding"',
-            model.get("input_encoder", "embedding") != "embedding"),
-           ("batch_norm_momentum", 'config.model.norm="batch"',
-            model.get("norm", "layer") != "batch")]
-  defaults = encoder_defaults()
-  for key, needs, idle in inert:
-    if idle and key in model and model[key] != defaults[key]:
-      fail(model_key(key), model[key], f"its default {defaults[key]!r} unless {needs}")
+  # A setting that would do nothing (its declared only_with unmet) is refused rather than
+  # silently ignored: no config sets one.
+  refuse_unmet(declared(EncoderConfig), model, model_key)
   if model.get("hybrid_conv", 0) and model.get("num_layers", 1) < 2:
     fail(model_key("hybrid_conv"), model["hybrid_conv"], "0 with config.model.num_layers=1 "
          "(layer 0 is the BaseConv layer: the model would hold no mixer)")

@@ -3,15 +3,17 @@ wall time and machine, with each run's results.json kept beside it.
 
   python scripts/mixer_table.py runs/quick_listops --out=results/quick_listops
 
-Writes OUT/table.md, OUT/table.json and OUT/<model>/results.json (a copy of every run's). The
-parameter count comes from building each run's recorded model on its task (no training).
+Writes OUT/table.md, OUT/table.json and OUT/<model>/results.json (a copy of every run's, with
+its paths relative: lra.reporting.published.portable). The parameter count comes from building
+each run's recorded model on its task (no training). ROOT may be such an OUT: the table is
+drawn again from the copies (`python scripts/mixer_table.py results/quick_listops --out=...`);
+table.json names each run relative to ROOT.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,7 +68,7 @@ def _markdown(rows: list[dict]) -> str:
 
 def _table(args: argparse.Namespace) -> None:
   from lra.commands.references import paper_configs
-  from lra.reporting import results
+  from lra.reporting import published, results
   warnings: list[str] = []
   found = results.collect_results([args.root], warnings, references=paper_configs)
   for w in warnings:
@@ -77,10 +79,13 @@ def _table(args: argparse.Namespace) -> None:
   for result in found:
     result = {**result, "label": result["model"]}
     rows.append(_row(result, result["workdir"]))
-    target = os.path.join(args.out, result["label"])
-    os.makedirs(target, exist_ok=True)
-    shutil.copyfile(os.path.join(result["workdir"], "results.json"),
-                    os.path.join(target, "results.json"))
+    target = os.path.join(args.out, result["label"], "results.json")
+    if os.path.abspath(target) != result["path"]:  # ROOT is not OUT
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      with open(result["path"]) as f:
+        record = published.portable(json.load(f), published.place(result))
+      with open(target, "w") as f:
+        json.dump(record, f, indent=1)  # as the trainer writes it
   rows.sort(key=lambda r: -r["test_accuracy"])
   with open(os.path.join(args.out, "table.json"), "w") as f:
     json.dump(rows, f, indent=1)

@@ -1,13 +1,13 @@
-"""scripts/accelerator_run.py: the dry run end to end (CPU, tiny sizes), and its refusals.
+"""`python -m lra.commands.accelerator`: the dry run end to end (CPU, tiny sizes), and its
+refusals.
 
-The dry run is the real script's code path at tiny sizes: every part in its own process, the
+The dry run is the real run's code path at tiny sizes: every part in its own process, the
 clock checked before each part, the same files; its training cells end by their time limit
 and by the clock (then tested), and one speed cell runs out of memory. It takes about 1.5
 minutes on 2 cores.
 """
 import json
 import os
-import sys
 import time
 
 import pytest
@@ -15,16 +15,16 @@ import pytest
 from tests import commands
 from tests.commands import ROOT
 
-SCRIPT = os.path.join(ROOT, "scripts", "accelerator_run.py")
+MODULE = "lra.commands.accelerator"
 PROGRAM_COST = os.path.join(ROOT, "scripts", "program_cost.py")
 EXPECTED = ("env.json", "attention.json", "speed.md", "speed.json", "training.json",
             "summary.md", "log.txt", "tails.txt")
 
 
 def _run(*args, timeout=170):
-  """The script by tests/commands.py: one CPU device, as a user would have; the test checks
-  the exit code."""
-  return commands.run(SCRIPT, *args, timeout=timeout, expect=None)
+  """`python -m lra.commands.accelerator` by tests/commands.py: one CPU device, as a user
+  would have; the test checks the exit code."""
+  return commands.run("-m", MODULE, *args, timeout=timeout, expect=None)
 
 
 @pytest.mark.slow  # about 1.5 minutes; CI runs it as its own step (.ci/run)
@@ -92,6 +92,7 @@ def test_dry_run_writes_every_file(tmp_path):
 
   summary = (out / "summary.md").read_text()
   assert summary.startswith("# Accelerator run on cpu: DRY RUN")
+  assert f"`python -m {MODULE} --dry_run --fast_attention --out={out}" in summary  # the command
   assert "Device: **cpu**" in summary and "Time budget" in summary
   assert "**77 tokens**" in summary and "ended by its time limit" in summary
 
@@ -129,16 +130,14 @@ def test_program_cost_counts_the_trainer_steps():
 def test_real_plan_orders_speed_cells_by_length_and_offers_the_fast_path(tmp_path):
   """The real run's speed cells: 4K first, each length's Transformer first, then the models
   of the paper's Table 2 in its order; the ListOps Transformer's fast path is a deviation."""
-  sys.path.insert(0, os.path.join(ROOT, "scripts"))
-  import accel_speed
-  import accel_train
+  from lra.commands.accelerator import speed_cells, training_cells
   from lra.reporting.paper import PAPER_SPEED
-  cfg = accel_speed.settings(dry_run=False)
-  order = accel_speed.cell_order(cfg)
+  cfg = speed_cells.settings(dry_run=False)
+  order = speed_cells.cell_order(cfg)
   assert order[:len(PAPER_SPEED)] == [(m, 4096) for m in PAPER_SPEED]
   assert [n for _, n in order] == sorted((n for _, n in order), reverse=True)
   assert [m for m, n in order if n == 1024][0] == "transformer"
-  plain, fast = (accel_train.cells(str(tmp_path), False, f)[0] for f in (False, True))
+  plain, fast = (training_cells.cells(str(tmp_path), False, f)[0] for f in (False, True))
   assert plain.deviation == "" and "--config.model.dtype=bfloat16" in plain.overrides
   assert "--config.model.attention.implementation=cudnn" in fast.overrides
   assert "without attention dropout" in fast.deviation and fast.limit

@@ -82,7 +82,7 @@ def test_damaged_checkpoints_are_moved_aside_and_the_newest_intact_one_resumed(
   assert "Resuming from the checkpoint at step 4" in "\n".join(lines)
   for key in ("test_accuracy", "test_loss", "best_step", "last_step_test_accuracy"):
     assert results[key] == finished[1][key], key  # steps 5 to 8 again, exactly
-  assert results["tested_checkpoint"] == f"{workdir}/checkpoints/{best_step}"
+  assert results["tested_checkpoint"] == f"checkpoints/{best_step}"  # relative to the workdir
   assert sorted(os.listdir(workdir / "checkpoints")) == ["4", "6", "8"]  # saved anew
 
 
@@ -95,7 +95,7 @@ def test_deleted_best_checkpoint_is_tested_from_its_copy(listops_dir, finished, 
   results, lines = _rerun(listops_dir, workdir, capfd)
   assert results["test_accuracy"] == finished[1]["test_accuracy"]
   assert results["tested_step"] == best_step
-  assert results["tested_checkpoint"] == f"{workdir}/checkpoints/{best_step}"
+  assert results["tested_checkpoint"] == f"checkpoints/{best_step}"  # relative to the workdir
   assert not [l for l in lines if l.startswith("warning:")]
 
 

@@ -243,7 +243,7 @@ def test_models_without_batch_norm_keep_their_checkpoint_layout():
     (dict(hybrid_conv=3, num_layers=1), "hybrid_conv=3 is not valid: 0 with .*num_layers=1"),
     (dict(embed_init=0.0), "embed_init=0.0 is not valid"),
     (dict(embed_init=0.02, input_encoder="linear"),
-     'embed_init=0.02 is not valid: its default 1.0 unless .*input_encoder="embedding"')])
+     "embed_init=0.02 is not valid: its default 1.0 unless .*input_encoder='embedding'")])
 def test_bad_options_are_errors_naming_the_valid_values(option, message):
   with pytest.raises(SettingError, match=message):
     _model(**option)

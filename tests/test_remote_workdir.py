@@ -103,7 +103,9 @@ def test_train_resume_and_eval_on_a_gs_workdir(bucket, listops_dir, capsys):
   table = json.loads((bucket / "lra-bucket" / "eval" / "accuracy.json").read_text())
   ours = {row["model"]: row["cells"]["listops"]["ours"] for row in table["rows"]}
   assert ours["transformer"] == pytest.approx(100 * second["test_accuracy"], abs=0.06)
-  assert "gs://lra-bucket/runs/tiny" in (bucket / "lra-bucket" / "eval" / "accuracy.md").read_text()
+  # The run named within the folder named (gs://lra-bucket/runs), its checkpoint within the run.
+  assert "; `tiny`" in (bucket / "lra-bucket" / "eval" / "accuracy.md").read_text()
+  assert second["tested_checkpoint"] == f"best/{second['best_step']}"
   assert sorted(os.listdir(bucket / "lra-bucket" / "eval")) == [
       "accuracy.csv", "accuracy.json", "accuracy.md"]
   assert os.listdir(".") == []  # nothing under ./gs: or anywhere local

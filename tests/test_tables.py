@@ -296,7 +296,8 @@ def test_several_runs_are_never_compared_by_validation_on_different_data(tmp_pat
   warnings: list[str] = []
   found = results.collect_results([str(tmp_path / "a"), str(tmp_path / "b")], warnings,
                                   references=paper_configs)
-  assert found[0]["workdir"] == full
+  assert found[0]["workdir"] == "b/full"  # named within the folder that holds a and b
+  assert found[0]["path"] == f"{full}/results.json"
   assert any("full data and the paper's config" in w for w in warnings)
   # Two runs on different data, neither comparable: not by validation, by the data's size.
   write_result(tmp_path / "c", "small", "text", 0.9, 0.99,
@@ -306,7 +307,7 @@ def test_several_runs_are_never_compared_by_validation_on_different_data(tmp_pat
                         test_count=1000)
   warnings = []
   found = results.collect_results([str(tmp_path / "c")], warnings, references=paper_configs)
-  assert found[0]["workdir"] == bigger
+  assert found[0]["workdir"] == "bigger" and bigger == str(tmp_path / "c" / "bigger")
   assert any("not compared by validation" in w for w in warnings)
   md = markdown.accuracy_markdown(accuracy.accuracy_table(found, references=paper_configs))
   assert results.CHOICE_RULE in md and "chosen over" in md

@@ -7,7 +7,10 @@
                        [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
                        [--config.model.KEY=VALUE ...] [--import=MODULE ...]
 
-`accuracy` reads the results.json of finished runs (a folder of many runs will do) and writes
+`accuracy` and `recall` read the results.json of finished runs (a folder of many runs will do),
+or a folder of them as results/ commits them (lra.reporting.published: `python eval.py recall
+results/figure2_cpu --out=results/figure2_cpu` draws the committed chart again), and name each
+run relative to the folder named, never by an absolute path. `accuracy` writes
 accuracy.{md,csv,json} (and bubble.png when --speed names a speed.json; a chart that would be
 empty is skipped, in one line that says why and which --average or measurement would draw it):
 the paper's rows of the models that ran (`--all_paper_rows`: every model of the paper), each

@@ -251,12 +251,12 @@ def _tabled(root: str, runs: list[Run], warnings: list[str]) -> tuple[list[str],
   finished runs, and the runs under root of the (task, mixer)s it did not run; another
   command's run of a model and task that this grid ran (another sweep, other seeds or
   settings) is left out, so the table shows what this grid ran."""
-  from lra.reporting import results
+  from lra.reporting import published, results
   mine = {str(paths.resolve(run.workdir)) for run in runs}
   cells = {(run.task, ALIASES.get(run.model, (run.model,))[0]) for run in runs}
   kept, left = [], []
   for result in results.read_results([root], warnings):
-    folder = result["workdir"]
+    folder = published.place(result)  # on this machine (its "workdir" is its name in root)
     if folder in mine or (result["task"], result["mixer"]) not in cells:
       kept.append(folder)
     else:
@@ -271,8 +271,8 @@ def write_table(root: str, runs: list[Run]) -> None:
   from lra.reporting import accuracy, results
   warnings: list[str] = []
   folders, left = _tabled(root, runs, warnings)
-  found = results.collect_results(folders, warnings, references=paper_configs) if folders \
-      else []
+  found = results.collect_results(folders, warnings, references=paper_configs,
+                                  root=root) if folders else []  # runs named within root
   for w in warnings:
     print(f"warning: {w}", file=sys.stderr)
   if not found:

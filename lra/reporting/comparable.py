@@ -104,8 +104,8 @@ def differences(result: dict, references: References) -> list[str]:
   init = result.get("init")
   if isinstance(init, dict) and init.get("objective") != "denoise":  # SPT has its own figures
     changed.append(f"started from the encoder of a {init.get('objective', 'recorded')} run "
-                   f"(config.init_from={init.get('workdir')}); the paper's runs start from "
-                   f"scratch")
+                   f"(config.init_from: {init.get('workdir')} from this run's workdir); the "
+                   f"paper's runs start from scratch")
   stopped = result.get("stopped_early")
   if isinstance(stopped, dict):
     changed.append(f"stopped by {stopped.get('by')} after {stopped.get('step')} of "

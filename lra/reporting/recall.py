@@ -77,13 +77,13 @@ def read_runs(workdirs: list[str], warnings: list[str]) -> list[dict]:
       continue  # not a recall run: not for this chart
     state = result.get("carried_state")
     if state is None:
-      warnings.append(f"{result['workdir']}/results.json: no carried_state (a run from before "
+      warnings.append(f"{result['path']}: no carried_state (a run from before "
                       "results.json recorded it, or a mixer that does not declare "
                       "Mixer.carried_state); left out of the recall chart")
       continue
     why = _impossible(state) if isinstance(state, dict) else "carried_state is not a JSON object"
     if why is not None:  # an impossible figure is named and skipped, as the accuracy table does
-      warnings.append(f"{result['workdir']}/results.json: {why}; left out of the recall chart")
+      warnings.append(f"{result['path']}: {why}; left out of the recall chart")
       continue
     runs.append(result)
   return runs

@@ -1,29 +1,33 @@
-"""Finding and reading the results.json of finished runs (one per model and task)."""
+"""Finding and reading the results.json of finished runs (one per model and task), in their
+workdirs or as results/ publishes them (lra.reporting.published)."""
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 from lra import paths
-from lra.reporting import comparable, seeds, sweeps
+from lra.reporting import comparable, published, seeds, sweeps
 from lra.reporting.numbers import finite
 from lra.reporting.paper import EXTRA_TASKS, FROM_CLASSIFY, FROM_RUN, SPT, TASKS
 from lra.rules import is_int, is_real
 
 
 def _find_results(path: str, warnings: list[str]) -> list:
-  """results.json files under `path` (local or a URL such as gs://bucket/runs); unfinished run
-  directories go to `warnings`."""
+  """The JSON files under `path` (local or a URL such as gs://bucket/runs) that may be run
+  records: each run directory's results.json, and in a folder that is no run's, its other JSON
+  files (published records, lra.reporting.published; the caller keeps those that are). `path`
+  itself may be one. Unfinished run directories go to `warnings`."""
   top = paths.resolve(path)
   if not top.exists():
     warnings.append(f"{path}: does not exist")
     return []
   if not top.is_dir():
-    if top.name == "results.json":
+    if top.name.endswith(".json"):
       return [top]
-    warnings.append(f"{path}: not a directory or results.json; skipped")
+    warnings.append(f"{path}: not a directory or a results.json; skipped")
     return []
-  found, start = [], len(warnings)
+  found = []
   for root, dirs, files in paths.walk(top):  # sorted: ties resolve the same way every time
     if "results.json" in files:
       found.append(root / "results.json")
@@ -32,9 +36,25 @@ def _find_results(path: str, warnings: list[str]) -> list:
       # The trainer writes metrics.jsonl from the start and results.json only at the end.
       warnings.append(f"{root}: no results.json (run unfinished or failed)")
       dirs[:] = []
-  if not found and len(warnings) == start:
-    warnings.append(f"{path}: no results.json found")
+    else:  # hidden names are files being written (lra.paths.temp_path)
+      found += [root / name for name in files
+                if name.endswith(".json") and not name.startswith(".")]
   return found
+
+
+def run_root(workdirs: list[str]) -> str:
+  """The folder the tables name runs relative to (lra.paths.relative), so that they hold no
+  absolute path: the folder named, or the one that holds a run or record named alone; of
+  several, the deepest folder that holds them all."""
+  folders = []
+  for workdir in workdirs:
+    path = paths.resolve(workdir)
+    run = not path.is_dir() or (path / "results.json").exists() or (
+        path / "metrics.jsonl").exists()
+    folders.append(str(path.parent if run else path).rstrip("/").split("/"))
+  common = [part[0] for part in itertools.takewhile(lambda part: len(set(part)) == 1,
+                                                     zip(*folders))]
+  return "/".join(common) or "/"
 
 
 def _fraction(value: Any) -> bool:
@@ -148,25 +168,41 @@ def run_label(result: dict) -> str:
   return name
 
 
-def read_results(workdirs: list[str], warnings: list[str]) -> list[dict]:
-  """Every valid results.json under the folders (runs, parents of runs or the files), with
-  "workdir", "mixer" and the table's "model"; a broken one is a warning."""
+def _read(file, warnings: list[str]) -> dict | None:
+  try:
+    return json.loads(file.read_text())
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    warnings.append(f"{file}: unreadable results ({type(e).__name__}: {e}); skipped")
+    return None
+
+
+def read_results(workdirs: list[str], warnings: list[str], root: str | None = None
+                 ) -> list[dict]:
+  """Every valid results.json under the folders (runs, parents of runs or the files; folders
+  of published records too), with "workdir" (the run's folder, or a published record's file
+  less .json, relative to `root`: by default run_root), "path" (the file read on this
+  machine), "mixer" and the table's "model"; a broken one is a warning."""
+  root = run_root(workdirs) if root is None else root
   found = []
   for workdir in workdirs:
+    start, records = len(warnings), 0
     for file in _find_results(workdir, warnings):
-      try:
-        result = json.loads(file.read_text())
-      except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        warnings.append(f"{file}: unreadable results ({type(e).__name__}: {e}); skipped")
-        continue
+      result = _read(file, warnings)
+      named = file.name == "results.json" or str(file) == str(paths.resolve(workdir))
+      if result is None or not (named or published.is_record(result)):
+        continue  # a table's or chart's JSON beside published records
+      records += 1
       if isinstance(result, dict) and result.get("objective") == "denoise":
         continue  # [SPT] pretraining: no classification result
       why = problem(result)
       if why is not None:
         warnings.append(f"{file}: {why}; skipped")
         continue
-      found.append({**result, "workdir": str(file.parent), "mixer": result["model"],
-                    "model": run_label(result)})
+      run = file.parent if file.name == "results.json" else str(file)[:-len(".json")]
+      found.append({**result, "workdir": paths.relative(run, root), "path": str(file),
+                    "mixer": result["model"], "model": run_label(result)})
+    if not records and len(warnings) == start:
+      warnings.append(f"{workdir}: no results.json found")
   return found
 
 
@@ -191,7 +227,7 @@ def _keep(runs: list[dict], references: comparable.References, warnings: list[st
 
 
 def collect_results(workdirs: list[str], warnings: list[str] | None = None, *,
-                    references: comparable.References) -> list[dict]:
+                    references: comparable.References, root: str | None = None) -> list[dict]:
   """Reads every results.json under the given run or parent directories.
 
   Problems (missing results, unreadable or impossible files, unknown tasks, duplicate runs)
@@ -200,12 +236,12 @@ def collect_results(workdirs: list[str], warnings: list[str] | None = None, *,
   the seed are pooled (lra.reporting.seeds: their mean, and "seeds"), the points of a sweep
   give the point chosen on validation per seed (lra.reporting.sweeps: "sweep"); of several
   runs or sets that differ in more, one is kept by CHOICE_RULE (paper-comparable: against the
-  configs `references` makes); it gets "workdir" and, when it won a choice, "superseded" (the
-  other run directories).
+  configs `references` makes); it gets "workdir" (named relative to `root`, read_results) and,
+  when it won a choice, "superseded" (the other run directories).
   """
   warnings = [] if warnings is None else warnings
   cells: dict[tuple[str, str], list[dict]] = {}
-  for result in read_results(workdirs, warnings):
+  for result in read_results(workdirs, warnings, root):
     cells.setdefault((result["model"], result["task"]), []).append(result)
   kept = []
   for runs in cells.values():

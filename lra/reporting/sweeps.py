@@ -18,7 +18,7 @@ import json
 import os
 
 from lra import config_record, sweep_names
-from lra.reporting import chance, comparable, seeds
+from lra.reporting import chance, comparable, published, seeds
 from lra.reporting.numbers import finite, fmt, pct
 from lra.reporting.paper import TASK_TITLES, model_title
 
@@ -95,8 +95,8 @@ def split(runs: list[dict], warnings: list[str]) -> tuple[list[list[tuple[dict, 
       continue
     why = _misnamed(run)
     if why is not None:
-      warnings.append(f"{run['workdir']}: {why} (point folders swapped or renamed?); skipped: "
-                      f"rename it to its point or move it out of the sweep")
+      warnings.append(f"{published.place(run)}: {why} (point folders swapped or renamed?); "
+                      f"skipped: rename it to its point or move it out of the sweep")
     else:
       rest.append(run)
   return list(sweeps.values()), rest

@@ -210,15 +210,16 @@ class Checkpoints:
 
   def restore_best(self, final_state, meta: dict):
     """(state, meta, what) of the best-on-validation step (meta["best_step"]): from best/,
-    else from its copy in checkpoints/ if one is kept; else the final state, with a note."""
+    else from its copy in checkpoints/ if one is kept; else the final state, with a note.
+    `what` names a checkpoint relative to the workdir ("best/3000"), as results.json keeps it."""
     step = self._intact(self.best)
     if step is not None:
       state, best_meta = self.restore(self.best, step, final_state)
-      return state, best_meta, f"{self.best.directory}/{step}"
+      return state, best_meta, paths.relative(self.best.directory / str(step), self.workdir)
     step = meta["best_step"]
     if step is not None and self._intact(self.latest, step) is not None:
       state, best_meta = self.restore(self.latest, step, final_state)
-      return state, best_meta, f"{self.latest.directory}/{step}"
+      return state, best_meta, paths.relative(self.latest.directory / str(step), self.workdir)
     what = (f"the final state (step {int(final_state.step)}): no copy of the "
             f"best-on-validation checkpoint (step {step}) restores")
     self.notes.append(f"testing {what}")

@@ -33,12 +33,10 @@ def check_settings(config) -> None:
   (the trainer's, lra/training/options.py; the task's data settings, lra/data/settings.py),
   the mixer's setting names, the profile range, the writers. The grid checks every run's
   config with them before its first run starts (lra.commands.grid_plan.check_runs)."""
-  for key, option in options.TABLE.items():
-    if option.rule is not None and key in config:
-      s.check(f"config.{key}", config[key], option.rule)
-  for key, setting in data_settings.DECLARED.get(config.task, {}).items():
-    if setting.rule is not None and key in config.data:
-      s.check(f"config.data.{key}", config.data[key], setting.rule)
+  for prefix, declared, values in _run_settings(config):
+    for key, setting in declared.items():
+      if setting.rule is not None and key in values:
+        s.check(f"config.{prefix}{key}", values[key], setting.rule)
   registry.check_settings(config.model.name, config.model.attention.keys())
   profiling.profile_range(config)  # "START,STOP" or ""
   writers.check(config)  # known names; wandb installed where named
@@ -78,18 +76,26 @@ def short_run_warning(config) -> str | None:
           f"e.g. {wanted}")
 
 
+def _run_settings(config):
+  """(key prefix, {name: Setting}, the values) of the run's settings: the trainer's
+  (lra/training/options.py) and the task's data settings (lra/data/settings.py)."""
+  return [("", s.declared(options.TrainerConfig), config),
+          ("data.", data_settings.of(config.task), config.data)]
+
+
 def idle_overrides(config, overrides) -> list[str]:
-  """One line for each trainer setting given on the command line (`overrides`: its keys) that
-  does nothing in this run (lra.rules.Setting.only_with), e.g. config.mask_rate in a classify
-  run. Warnings, not errors: a grid passes one --config to all its stages."""
+  """One line for each trainer or data setting given on the command line (`overrides`: its
+  dotted keys) that does nothing in this run (its declared only_with unmet: lra.rules.unmet),
+  e.g. config.mask_rate in a classify run. Warnings, not errors (a model's settings are
+  refused instead, models/settings.py): a task's table sets mask_rate for every run, and a
+  grid passes one --config to all its stages."""
   lines = []
-  for key in overrides:
-    option = options.TABLE.get(key)
-    if option is not None and option.only_with:
-      other, wanted = option.only_with
-      if config.get(other) != wanted:
-        lines.append(f"config.{key}={config[key]!r} does nothing here: only a run with "
-                     f"config.{other}={wanted!r} uses it (this one has {config.get(other)!r})")
+  for prefix, declared, values in _run_settings(config):
+    for key, (other, wanted, why) in s.unmet(declared, values).items():
+      if prefix + key in overrides:
+        lines.append(f"config.{prefix}{key}={values[key]!r} does nothing here: only a run "
+                     f"with config.{prefix}{other}={wanted!r}{why} uses it (this one has "
+                     f"{values.get(other)!r})")
   return lines
 
 

@@ -183,7 +183,9 @@ class Run:
     state, self.meta = _restore(self.ckpts, self.step, self.change, state, self.config,
                                 self.workdir)
     if self.step is None and self.source is not None:  # a resumed run keeps its own encoder
-      state, self.meta["init"] = initialise.load(self.source, state, self.mesh)
+      state, init = initialise.load(self.source, state, self.mesh)
+      # The source run relative to this one ("../run_pretrain"), as results.json keeps paths.
+      self.meta["init"] = {**init, "workdir": paths.relative(init["workdir"], self.workdir)}
       _say_once(f"Starting from the encoder of {self.source.workdir} "
                 f"({self.source.kind}/{self.source.step})")
     _write_json(self.workdir / "config.json", self.config.to_dict())

@@ -85,11 +85,6 @@ def micro_batches(batch, accum_steps: int, mesh: Mesh):
   return jax.tree_util.tree_map(one, batch)
 
 
-def train_loss(model, pair: bool, params, *, batch_stats, batch, rng):
-  """The classification training loss -> (mean cross-entropy, (metric sums, batch_stats))."""
-  return classify_loss(model, pair)[0](params, batch_stats, batch, rng)
-
-
 def gradients(model, pair: bool, params, batch_stats, batch, rng, loss_fn=None):
   """(mean-loss gradients, updated batch statistics, metric sums, loss) of one batch, under
   `loss_fn` (classify_loss's form; None = classification)."""

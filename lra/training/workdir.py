@@ -9,7 +9,7 @@ import os
 
 import jax
 
-from lra import config_record, paths
+from lra import config_record, paths, rules
 from lra.errors import UserError
 from lra.data import settings as data_settings
 from lra.training import options
@@ -70,7 +70,8 @@ def changes_result(key: str, schedule: str) -> bool:
   """Whether a change of setting `key` (dotted) on a resume changes what the run computes;
   settings that only extend or observe a run may change (and are recorded)."""
   # The data settings that only say how the data is read or made are flagged `resume` in
-  # their declarations (lra/data/settings.py), the trainer's in lra/training/options.py.
+  # their declarations (lra/data/settings.py), the trainer's in lra/training/options.py
+  # (TrainerConfig).
   return key not in data_settings.OBSERVING and not options.may_change_on_resume(key, schedule)
 
 
@@ -125,7 +126,8 @@ def _review(config, workdir, reference: dict | None, step: int
                     f"config.num_train_steps={config.num_train_steps}; it is kept as it is: "
                     f"use a new --workdir for a shorter run")
   # A trainer setting added since the run started is not a change (the run predates it).
-  changes = {k: v for k, v in changes.items() if not (v[0] is None and k in options.TABLE)}
+  trainer = rules.declared(options.TrainerConfig)
+  changes = {k: v for k, v in changes.items() if not (v[0] is None and k in trainer)}
   binding = [f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items()
              if changes_result(k, config.schedule)]
   # A checkpoint saved before a divergence leads to it again under the same settings.

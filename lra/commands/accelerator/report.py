@@ -1,9 +1,13 @@
-"""summary.md of the accelerator run: everything on one page, the device named."""
+"""The accelerator run's files at the end: summary.md (everything on one page, the device
+named), training.json and tails.txt (the last lines of every part's output)."""
 from __future__ import annotations
 
 import json
+import os
+import time
 
-
+from lra.commands.accelerator import speed_cells
+from lra.commands.accelerator.clock import Run
 def _fmt(x, digits: int = 2) -> str:
   return "-" if x is None else f"{x:.{digits}f}" if isinstance(x, float) else str(x)
 
@@ -171,3 +175,34 @@ def summary(dry_run: bool, env: dict | None, att: dict | None, speed_text: str |
 
 def training_json(dry_run: bool, cells: list[dict]) -> str:
   return json.dumps({"dry_run": dry_run, "cells": cells}, indent=1, default=str) + "\n"
+
+
+def _write_tails(run: Run, out: str, cells: list[dict], speed_result: dict | None) -> None:
+  """tails.txt: the last lines of every part's output (a child's stdout and stderr, each
+  training cell's train.log of this run, each failed speed cell), so a failure's reason comes
+  back with the files."""
+  blocks = list(run.tails)
+  for cell in cells:
+    if cell.get("tail"):
+      blocks.append((f"training {cell['cell']} (train.log)", cell.pop("tail")))
+    cell.pop("tail", None)
+  for row in (speed_result or {}).get("rows", []):
+    if row.get("output_tail"):
+      blocks.append((f"speed {row['model']} @ {row['length']}", row["output_tail"]))
+  text = "".join(f"===== {name}: the last {len(lines)} lines =====\n" + "\n".join(lines) + "\n\n"
+                 for name, lines in blocks)
+  with open(os.path.join(out, "tails.txt"), "w", encoding="utf-8") as f:
+    f.write(text or "No part printed anything.\n")
+
+
+def write(args, run: Run, env, att, speed_result, cells, budget_s: float, command: str) -> None:
+  """tails.txt, speed.md and speed.json (when the speed part ran), training.json, summary.md."""
+  _write_tails(run, args.out, cells, speed_result)
+  speed_text = speed_cells.write(speed_result, args.out) if speed_result else None
+  with open(os.path.join(args.out, "training.json"), "w", encoding="utf-8") as f:
+    f.write(training_json(args.dry_run, cells))
+  text = summary(args.dry_run, env, att, speed_text,
+                 speed_result["skipped"] if speed_result else [], cells, run.parts, budget_s,
+                 time.time() - run.start, command)
+  with open(os.path.join(args.out, "summary.md"), "w", encoding="utf-8") as f:
+    f.write(text)

@@ -24,10 +24,11 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from lra.commands.accelerator.clock import TAIL_LINES
+from lra.locations import PACKAGE_ROOT as ROOT  # the checkout: train.py
+
 STEP_LINE = re.compile(r"^step (\d+)/(\d+): .*?([\d.]+) steps/s, ETA ([\d:]+(?:\.\d+)?)")
 RUN_MARK = "=== "  # starts each process's part of train.log
-TAIL_LINES = 60
 
 # Seconds a cell needs around its training (estimates; docs/accelerator.md gives the reasons):
 # start (import, CUDA init, data generation and reading, model init), end (the first

@@ -4,8 +4,8 @@ Each (model, length) is measured in a fresh process by the same library call eva
 makes (lra.commands.measuring.run_in_fresh_process), and the tables are eval.py's
 (lra.reporting.speed / speed_table), so the figures are eval.py speed's. What this adds: a time
 check before every cell (a cell starts only when the time it is expected to take is left),
-and rows kept in the work folder, so running the accelerator script again measures only the
-cells still missing.
+and rows kept in the work folder, so running the accelerator run again measures only the cells
+still missing.
 """
 from __future__ import annotations
 
