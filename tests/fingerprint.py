@@ -31,7 +31,7 @@ _VARIANTS = (("tiny", {}, {}),
              ("recurrent_form", {"form": "recurrent"}, {}),
              ("bidirectional", {"bidirectional": True}, {}),
              ("gated", {"bidirectional": True, "combine": "gated"}, {}))
-_OLD_KEYS = {"form": "scan"}  # Mamba's name for its form before issue 55 ...
+_OLD_KEYS = {"form": "scan"}  # Mamba's earlier name for its form ("scan") ...
 _OLD_VALUES = {"recurrent": "associative"}  # ... and its name for the reference form
 
 

@@ -34,8 +34,10 @@ def test_every_mixer_takes_the_authors_encoder_and_head(name):
   """Linear pixel encoder, no final norm, linear head, no input dropout: builds, runs, and
   has exactly the parameters those mean."""
   prenorm = helpers.tiny_model(name).get("prenorm", True)  # post-norm has no final norm
+  # One layer (or the mixer's MIN_LAYERS): the encoder and head are around the blocks.
   model = _build(name, vocab=256, input_encoder="linear", input_mean=127.5, input_std=127.5,
-                 head="linear", input_dropout=False, **({"final_norm": False} if prenorm else {}))
+                 head="linear", input_dropout=False, num_layers=1,
+                 **({"final_norm": False} if prenorm else {}))
   pixels = jnp.asarray(np.random.default_rng(0).integers(0, 256, (2, LENGTH)), jnp.int32)
   mask = jnp.ones((2, LENGTH), bool)
   # One jitted program each: op by op, the bigger mixers cost 4-7 s here.
@@ -198,8 +200,8 @@ def test_a_pair_shares_one_batch_norm_batch():
 
 
 @pytest.mark.parametrize("key,value,needs", [
-    ("final_norm", False, "prenorm=True"), ("input_mean", 0.5, 'input_encoder="linear"'),
-    ("input_std", 2.0, 'input_encoder="linear"'), ("batch_norm_momentum", 0.95, 'norm="batch"')])
+    ("final_norm", False, "prenorm=True"), ("input_mean", 0.5, "input_encoder='linear'"),
+    ("input_std", 2.0, "input_encoder='linear'"), ("batch_norm_momentum", 0.95, "norm='batch'")])
 def test_a_switch_that_would_do_nothing_is_refused(key, value, needs):
   overrides = {key: value, "prenorm": key != "final_norm"}
   with pytest.raises(SettingError, match=needs.replace("(", r"\(")):

@@ -229,7 +229,8 @@ def _result(cell: Cell, workdir: str, process: dict | None, since: float | None)
   this run's only if written after)."""
   out = {"cell": cell.name, "config": cell.config, "overrides": list(cell.overrides),
          "note": cell.note, "deviation": cell.deviation or None,
-         "paper_test_accuracy": cell.paper, "workdir": workdir}
+         # Relative to --work (train/NAME): the record may be committed to results/.
+         "paper_test_accuracy": cell.paper, "workdir": os.path.join("train", cell.name)}
   if process:
     out.update(process)
   res = _results(workdir)
