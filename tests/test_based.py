@@ -147,17 +147,30 @@ def test_the_encoder_cycles_the_kinds_by_layer():
   assert mixers[1]["proj_v"]["kernel"].shape == (16, 2, 8)  # qkv_dim / heads
 
 
-@pytest.mark.parametrize("kind, causal", [
-    ("linear", True), ("window", False),
-    pytest.param("window", True, marks=pytest.mark.slow),
-    pytest.param("conv", False, marks=pytest.mark.slow)])
-def test_contract_of_every_kind(kind, causal):
-  """The shared contract (shape, padding, truncation, gradients, bf16, one token, jit, no
-  L x L array) for each kind as layer 1 of a two-kind cycle (the causal window and BaseConv,
-  whose code paths the other two and the dense references share, in the slow set)."""
+KINDS = [("linear", True), ("window", False), ("window", True), ("conv", False)]
+
+
+def _kind_settings(kind, causal):
+  """Each kind as layer 1 of a two-kind cycle."""
   layers = ("conv", kind) if kind != "conv" else ("linear", "conv")
-  testing.check_mixer("based", {**helpers.tiny_settings("based"), "layers": layers,
-                                "causal": causal}, label=f"based-{kind}-causal{causal}")
+  return {**helpers.tiny_settings("based"), "layers": layers, "causal": causal}
+
+
+@pytest.mark.parametrize("kind, causal", [
+    *KINDS[:2], *(pytest.param(*k, marks=pytest.mark.slow) for k in KINDS[2:])])
+def test_contract_of_every_kind(kind, causal):
+  """The shared contract (shape, padding, truncation, gradients, bf16, one token, no L x L
+  array) for each kind (the causal window and BaseConv, whose code paths the other two and the
+  dense references share, in the slow set); the jit check below."""
+  testing.check_mixer("based", _kind_settings(kind, causal), label=f"based-{kind}-causal{causal}",
+                      op_by_op=False)
+
+
+@pytest.mark.slow  # op by op: one compile per primitive, as long as the rest of the contract
+@pytest.mark.parametrize("kind, causal", KINDS)
+def test_every_kind_op_by_op_equals_jit(kind, causal):
+  testing.check_op_by_op("based", _kind_settings(kind, causal),
+                         label=f"based-{kind}-causal{causal}")
 
 
 def test_state_size_per_layer_and_zoology_initialisation():

@@ -39,8 +39,10 @@ OPTIMIZER = dict(learning_rate=0.01, warmup_steps=1, num_train_steps=10, schedul
 def train_step_and_arguments(name: str):
   """The project's jitted train step of a tiny classifier of mixer `name` (one device), and
   its arguments (state, batch, dropout key) as ShapeDtypeStructs: nothing is initialised."""
-  model = models.build(helpers.tiny_model(name), vocab_size=VOCAB, num_classes=CLASSES,
-                       max_len=LENGTH, pair=False)
+  # One layer (or the mixer's MIN_LAYERS): every op of a layer is in the first; more cost
+  # tracing time only.
+  model = models.build(helpers.tiny_model(name, num_layers=1), vocab_size=VOCAB,
+                       num_classes=CLASSES, max_len=LENGTH, pair=False)
   train, _, _ = steps.make_steps(model, False, trainer.make_mesh(jax.devices()[:1]))
   tx = optim.optimizer(ml_collections.ConfigDict(dict(OPTIMIZER, model=dict(name=name))))
 
@@ -74,6 +76,11 @@ def export_problems(jitted, args, platforms=PLATFORMS) -> list[str]:
   """One line per platform that `jitted` does not export for: the error (it names the op:
   the primitive without a lowering rule, or the custom call) and, for a primitive, where the
   code traced it."""
+  try:  # all platforms in one export (one trace); one by one only to say which fails
+    export.export(jitted, platforms=platforms)(*args)
+    return []
+  except Exception:  # any failure to lower: the loop below names the platform and the op
+    pass
   problems = []
   for platform in platforms:
     try:

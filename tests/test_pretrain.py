@@ -93,19 +93,25 @@ def test_token_features_leave_the_classifier_as_it_was():
               num_heads=2, use_cls=True)
   build = lambda **kw: models.build(spec, vocab_size=18, max_len=12, pair=False, **kw)
   inputs = jnp.asarray(np.random.default_rng(3).integers(1, 17, (2, 12)), jnp.int32)
-  classifier = build(num_classes=10).init(jax.random.PRNGKey(0), inputs)["params"]
-  denoiser = build(num_classes=17, denoise=True).init(jax.random.PRNGKey(0), inputs)["params"]
+  # Shapes only: nothing is computed to compare names and shapes.
+  classifier = jax.eval_shape(build(num_classes=10).init, jax.random.PRNGKey(0),
+                              inputs)["params"]
+  denoiser = jax.eval_shape(build(num_classes=17, denoise=True).init, jax.random.PRNGKey(0),
+                            inputs)["params"]
   shapes = lambda tree: jax.tree_util.tree_map(np.shape, tree)
   assert shapes(classifier["encoder"]) == shapes(denoiser["encoder"])
   assert set(denoiser) == {"encoder", "token_hidden", "token_out"}
   encoder = models.Encoder(vocab_size=18, max_len=12, config=EncoderConfig(
       num_layers=1, emb_dim=16, qkv_dim=16, mlp_dim=32, num_heads=2, pooling="MEAN",
       use_cls=False))
-  variables = encoder.init(jax.random.PRNGKey(1), inputs)
-  tokens = encoder.apply(variables, inputs, tokens=True)
+  @jax.jit  # one program, not op by op
+  def pooled_and_tokens(inputs):
+    variables = encoder.init(jax.random.PRNGKey(1), inputs)
+    return encoder.apply(variables, inputs), encoder.apply(variables, inputs, tokens=True)
+
+  pooled, tokens = pooled_and_tokens(inputs)
   assert tokens.shape == (2, 12, 16)
-  np.testing.assert_allclose(encoder.apply(variables, inputs), tokens.mean(1), rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(pooled, tokens.mean(1), rtol=1e-5, atol=1e-6)
 
 
 # --- a denoise run through the trainer ------------------------------------------------------
@@ -142,6 +148,18 @@ def pretrained(listops_dir, tmp_path_factory):
     _record_steps(patch, seen)
     result = trainer.train_and_evaluate(config, workdir)
   return types.SimpleNamespace(workdir=workdir, results=result, seen=seen, config=config)
+
+
+SHORT = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}  # one checkpoint: step 2
+
+
+@pytest.fixture(scope="module")
+def classified(listops_dir, tmp_path_factory) -> str:
+  """The workdir of a finished two-step tiny ListOps classification run (best/2 and
+  checkpoints/2). Tests read it, or copy it where they change it."""
+  workdir = str(tmp_path_factory.mktemp("classify") / "run")
+  trainer.train_and_evaluate(tiny_config(listops_dir, **SHORT), workdir)
+  return workdir
 
 
 def test_denoise_loss_goes_down_and_results_say_denoise(pretrained):
@@ -236,7 +254,8 @@ def test_fine_tune_records_its_source_and_a_resume_keeps_its_own_encoder(pretrai
   shutil.copytree(pretrained.workdir, source)
   config = tiny_config(listops_dir, init_from=source, num_train_steps=2, eval_every=2)
   first = trainer.train_and_evaluate(config, str(tmp_path / "ft"))
-  assert first["init"]["workdir"] == source and first["init"]["objective"] == "denoise"
+  # The source relative to this run's workdir, as results.json keeps paths.
+  assert first["init"]["workdir"] == "../pre" and first["init"]["objective"] == "denoise"
   assert "test_accuracy" in first and first["objective"] == "classify"
   shutil.rmtree(source)  # a resume must not need it
   config.num_train_steps = 4
@@ -244,30 +263,45 @@ def test_fine_tune_records_its_source_and_a_resume_keeps_its_own_encoder(pretrai
   assert second["num_train_steps"] == 4 and second["init"] == first["init"]
 
 
-def test_a_resumed_fine_tune_whose_source_trained_on_is_refused(listops_dir, tmp_path):
-  """The source run goes on after the fine-tune started from it (its best
-  checkpoint is now another): the fine-tune would go on from the old encoder, so it is refused
-  in one line with nothing lost, or goes on with --allow_config_change, recorded."""
-  source, ft = str(tmp_path / "pre"), str(tmp_path / "ft")
-  pre = tiny_config(listops_dir, objective="denoise", num_train_steps=2, eval_every=2,
-                    checkpoint_every=2)  # one validation: best/2
-  trainer.train_and_evaluate(pre, source)
-  config = tiny_config(listops_dir, init_from=source, num_train_steps=2, eval_every=2)
-  first = trainer.train_and_evaluate(config, ft)
+def _refused_resume(config, ft) -> str:
+  """The one-line refusal of resuming the fine-tune in `ft`, which leaves it as it was."""
   saved = sorted(os.listdir(os.path.join(ft, "checkpoints")))
-  pre.seed = 1  # the source made again: another encoder at the same checkpoint step
-  shutil.rmtree(source)
-  trainer.train_and_evaluate(pre, source)
-  config.num_train_steps = 4
+  with open(os.path.join(ft, "results.json")) as f:
+    results = f.read()
   with pytest.raises(UserError) as e:
     trainer.train_and_evaluate(config, ft)
-  moved = "best/2 made with other settings now"  # the grid's test has "best/2 then, best/N now"
   line = str(e.value)
-  assert f"config.init_from={source}, which has changed since ({moved})" in line, line
-  assert "--allow_config_change" in line and "\n" not in line
+  assert "--allow_config_change" in line and "\n" not in line, line
   assert sorted(os.listdir(os.path.join(ft, "checkpoints"))) == saved
   with open(os.path.join(ft, "results.json")) as f:
-    assert json.load(f) == json.loads(json.dumps(first))  # as the first run left it
+    assert f.read() == results  # as the first run left it
+  return line
+
+
+def test_a_resumed_fine_tune_whose_source_changed_is_refused(pretrained, listops_dir, tmp_path):
+  """The source run was made again with other settings, or trained on (its best checkpoint is
+  another now) after the fine-tune started from it: the fine-tune would go on from the old
+  encoder, so it is refused in one line with nothing lost, or goes on with
+  --allow_config_change, recorded. The check reads the source's checkpoint manifests: the
+  changes are written there, not trained (the grid's slow test trains them)."""
+  source, ft = tmp_path / "pre", str(tmp_path / "ft")
+  shutil.copytree(pretrained.workdir, source)
+  config = tiny_config(listops_dir, init_from=str(source), num_train_steps=2, eval_every=2)
+  first = trainer.train_and_evaluate(config, ft)
+  best = f"best/{pretrained.results['best_step']}"
+  assert first["init"]["checkpoint"] == best
+  config.num_train_steps = 4
+  manifest = source / best / checkpoint.MANIFEST
+  record = json.loads(manifest.read_text())
+  record["meta"]["config"]["seed"] += 1  # made again with another seed
+  manifest.write_text(json.dumps(record))
+  moved = f"{best} made with other settings now"
+  assert f"config.init_from={source}, which has changed since ({moved})" in _refused_resume(
+      config, ft)
+  (source / best).rename(source / "best" / "1000")  # trained on: its best is step 1000 now
+  moved = f"{best} then, best/1000 now"
+  assert f"config.init_from={source}, which has changed since ({moved})" in _refused_resume(
+      config, ft)
   went_on = trainer.train_and_evaluate(config, ft, allow_config_change=True)
   assert went_on["num_train_steps"] == 4 and went_on["init"] == first["init"]
   assert went_on["config_changes"][-1]["init_from_changed"] == moved
@@ -327,16 +361,17 @@ def _check_mask_row(source, config, workdir, done: str | None, train: bool = Fal
                                   _leaves(fresh.params["params"]["encoder"])[table][-1])
   if train:
     run = trainer.train_and_evaluate(config, workdir)
-    assert run["init"] == record and run["num_train_steps"] == config.num_train_steps
+    # As load made it, the source named relative to this run's workdir.
+    assert run["init"] == {**record, "workdir": os.path.relpath(source, workdir)}
+    assert run["num_train_steps"] == config.num_train_steps
 
 
-def test_init_from_chains_through_the_mask_token_row(pretrained, listops_dir, tmp_path):
+def test_init_from_chains_through_the_mask_token_row(pretrained, classified, listops_dir,
+                                                    tmp_path):
   """A denoise run's token table has the mask token's row, a classifier's
   (from scratch, or from a fine-tune) may not: every chain loads, the rows of the vocabulary
   exactly."""
-  short = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}
-  scratch, ft = str(tmp_path / "scratch"), str(tmp_path / "ft")
-  trainer.train_and_evaluate(tiny_config(listops_dir, **short), scratch)
+  short, scratch, ft = SHORT, classified, str(tmp_path / "ft")
   trainer.train_and_evaluate(tiny_config(listops_dir, init_from=pretrained.workdir, **short), ft)
   denoise = dict(short, objective="denoise")
   _check_mask_row(scratch, tiny_config(listops_dir, init_from=scratch, **denoise),
@@ -376,12 +411,12 @@ def test_init_from_chains_through_the_linear_encoders_mask_vector(listops_dir, t
       np.testing.assert_array_equal(value, expected, key)
 
 
-def test_init_from_a_run_whose_checkpoints_are_damaged_names_the_file(listops_dir, tmp_path):
+def test_init_from_a_run_whose_checkpoints_are_damaged_names_the_file(classified, listops_dir,
+                                                                      tmp_path):
   """The run did save a checkpoint; the line says it is damaged, and which
   file, and leaves it as it is."""
   source = tmp_path / "pre"
-  trainer.train_and_evaluate(tiny_config(listops_dir, num_train_steps=2, eval_every=2,
-                                         checkpoint_every=2), str(source))
+  shutil.copytree(classified, source)
   cut = []
   for kind in ("best", "checkpoints"):
     files = sorted((p for p in (source / kind / "2").rglob("*") if p.is_file()),
@@ -420,17 +455,23 @@ def test_init_from_another_mixer_or_size_is_one_line(pretrained, listops_dir, tm
   assert not os.path.exists(tmp_path / "b" / "metrics.jsonl")  # nothing trained
 
 
-@pytest.mark.parametrize("flag, expected", [
-    ("--config.objective=pretrain", "error: config.objective='pretrain' is not valid"),
-    ("--config.init_from=no/such/run", "error: config.init_from=no/such/run: no such run"),
-])
 @pytest.mark.commands
-def test_bad_values_from_the_command_line_are_one_line(flag, expected, listops_dir, tmp_path):
+def test_a_bad_objective_from_the_command_line_is_one_line(listops_dir, tmp_path):
   proc = commands.run(os.path.join(ROOT, "train.py"),
                       "--config=configs/listops.py:transformer,cpu",
                       f"--workdir={tmp_path / 'run'}", f"--config.data.data_dir={listops_dir}",
-                      *TINY, flag, expect=NONZERO)
+                      *TINY, "--config.objective=pretrain", expect=NONZERO)
+  expected = "error: config.objective='pretrain' is not valid"
   assert error_line(proc).startswith(expected), proc.stderr[-2000:]
+
+
+def test_init_from_no_run_is_one_line(listops_dir, tmp_path):
+  """train.py prints a UserError as its one `error:` line (the command above; tests/test_cli.py)."""
+  with pytest.raises(UserError) as e:
+    trainer.train_and_evaluate(tiny_config(listops_dir, init_from="no/such/run"),
+                               str(tmp_path / "run"))
+  assert str(e.value).startswith("config.init_from=no/such/run: no such run directory")
+  assert "\n" not in str(e.value) and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
 # --- the reports ----------------------------------------------------------------------------
@@ -475,14 +516,14 @@ def test_an_outside_mixers_spt_row_is_titled_as_the_readme_says(tmp_path):
   assert paper.model_title("transformer_rotary_spt") == "Transformer (rotary) (SPT)"
 
 
-def test_a_run_from_a_classifiers_encoder_is_a_row_of_its_own(listops_dir, tmp_path):
+def test_a_run_from_a_classifiers_encoder_is_a_row_of_its_own(classified, listops_dir,
+                                                               tmp_path):
   """A run started from a finished classification run (init.objective classify) is
   `eval.py accuracy`'s "Transformer (from classify run)" row, marked not comparable with the
   paper's from-scratch rows, and never pooled with the seeds from scratch."""
-  short = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}
-  runs = tmp_path / "runs"
+  short, runs = SHORT, tmp_path / "runs"
   base = str(runs / "base1")
-  trainer.train_and_evaluate(tiny_config(listops_dir, **short), base)
+  shutil.copytree(classified, base)  # seed 0
   trainer.train_and_evaluate(tiny_config(listops_dir, seed=1, **short), str(runs / "seed1"))
   from_base = trainer.train_and_evaluate(tiny_config(listops_dir, seed=1, init_from=base,
                                                      **short), str(runs / "b"))
@@ -495,7 +536,8 @@ def test_a_run_from_a_classifiers_encoder_is_a_row_of_its_own(listops_dir, tmp_p
   assert cells["transformer"]["n"] == 2 and cells["transformer_from_classify"]["n"] == 1
   assert cells["transformer_from_classify"]["ours"] == pytest.approx(
       100 * from_base["test_accuracy"])
-  why = f"started from the encoder of a classify run (config.init_from={base}); the paper's runs"
+  why = ("started from the encoder of a classify run (config.init_from: ../base1 from this "
+         "run's workdir); the paper's runs")
   assert any(w.startswith(why) for w in cells["transformer_from_classify"]["not_comparable"])
   assert not any("started from" in w for w in cells["transformer"]["not_comparable"])
   assert cells["transformer_from_classify"]["paper"] is None

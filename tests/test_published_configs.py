@@ -77,6 +77,14 @@ def test_full_size_config_has_the_table_values(name, task):
     assert c[key] == value, key
   assert c.eval_batch_size == c.batch_size
   assert c.num_train_steps == math.ceil(epochs * tasks.FACTS[task].train_size / c.batch_size)
+
+
+# Slow: 72 full-size models traced, over a minute on 2 cores (the default suite builds S5's,
+# Mamba's and Mega's full-size models in the parity tests below).
+@pytest.mark.slow
+@pytest.mark.parametrize("name,task", CASES)
+def test_full_size_config_builds_its_layers_and_input_encoder(name, task):
+  c = TASKS[task].get_config(name)
   encoder = _build(c.model, task)["params"]["encoder"]
   layers = c.model.num_layers
   assert f"block_{layers - 1}" in encoder and f"block_{layers}" not in encoder
@@ -132,7 +140,9 @@ def _parameter_count(model_config, task):
   return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(shapes["params"]))
 
 
-@pytest.mark.parametrize("task", list(TASKS))
+# ListOps and Retrieval (a pair) by default; the other four tasks' models `-m slow`.
+@pytest.mark.parametrize("task", [t if t in ("listops", "retrieval") else
+                                  pytest.param(t, marks=pytest.mark.slow) for t in TASKS])
 def test_mamba_is_at_parameter_parity_with_s5(task):
   """Mamba published no LRA setup: configs/published/mamba.py matches S5's published model
   size per task; the counts its docstring states are the real ones, within 5% of each other."""

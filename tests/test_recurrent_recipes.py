@@ -52,8 +52,10 @@ def test_s5_counts_are_the_ones_mambas_table_checks():
   assert recurrent.S5_PARAMETERS == {t: s5 for t, (s5, _) in mamba.PARAMETERS.items()}
 
 
+# ListOps by default; the other tasks' 30 full-size models (a minute on 2 cores) `-m slow`.
 @pytest.mark.parametrize("name", AT_S5_SIZE)
-@pytest.mark.parametrize("task", LRA)
+@pytest.mark.parametrize("task", [t if t == "listops" else pytest.param(t, marks=pytest.mark.slow)
+                                  for t in LRA])
 def test_our_choices_are_at_parameter_parity_with_s5_and_train_as_s5(name, task):
   """The counts a table states are the real ones, within 5% of S5's published model's; S5's
   depth, dropout and training; the mixer bidirectional, nothing dropped inside it."""

@@ -27,7 +27,7 @@ def _tokens(seed=0, batch=3):
 
 def _model(name="transformer", attention=None, **kw):
   settings = dict(name=name, attention=attention or {}, emb_dim=DIM, num_heads=2, qkv_dim=DIM,
-                  mlp_dim=2 * DIM, num_layers=3, dropout_rate=0.1, attention_dropout_rate=0.1,
+                  mlp_dim=2 * DIM, num_layers=2, dropout_rate=0.1, attention_dropout_rate=0.1,
                   reversible=True, pooling="MEAN")
   settings.update(kw)
   return models.build(settings, vocab_size=VOCAB, num_classes=3, max_len=LENGTH, pair=False)
@@ -67,7 +67,7 @@ def test_gradients_equal_ordinary_autodiff_with_dropout_and_padding(name, attent
   np.testing.assert_allclose(loss, ref_loss, rtol=1e-6, atol=1e-6)
   _assert_trees_close(grads, ref_grads, rtol=1e-4, atol=1e-6)
   # Every block gets a gradient (dropout is on, so equal masks in both passes matter).
-  for i in range(3):
+  for i in range(2):  # the lower block's inputs recomputed from the upper block's outputs
     block = grads["params"]["encoder"][f"block_{i}"]
     assert float(jnp.abs(block["mixer"]["QKVProjection_0"]["query"]["kernel"]).max()) > 0
     assert float(jnp.abs(block["MLP_0"]["Dense_0"]["kernel"]).max()) > 0

@@ -59,7 +59,8 @@ def _mixer(**kw):
   return SparseTransformerAttention(**settings)
 
 
-@pytest.mark.parametrize("length", [8, 11, 16])
+# 11 (a last block cut short) and 16 (whole blocks) by default; 8 as well `-m slow`.
+@pytest.mark.parametrize("length", [pytest.param(8, marks=pytest.mark.slow), 11, 16])
 @pytest.mark.parametrize("pattern,combine,layer_index", [
     ("fixed", "heads", 0), ("strided", "heads", 0),
     ("fixed", "interleave", 0),  # even layers are A1 whatever the pattern
