@@ -19,8 +19,8 @@ def _spoken(name: str) -> str:
 
 
 def _built_in() -> dict[str, str]:
-  """{name: its file} of every mixer of models/."""
-  return {n: f"models/{registry.get(n).__module__.rsplit('.', 1)[1]}.py"
+  """{name: its file} of every mixer of models/mixers/."""
+  return {n: f"models/mixers/{registry.get(n).__module__.rsplit('.', 1)[1]}.py"
           for n in registry.names() if registry.in_repository(n)}
 
 
