@@ -49,6 +49,9 @@ class Mixer(nn.Module):
     `MIN_LAYERS` (1): the fewest encoder blocks that make the mixer what its paper describes
       (a mixer whose kinds cycle by layer needs one of each); configs give it at least this
       many (configs/table.py).
+    `RENAMED_SETTINGS` ({}): {old name: new name} of settings that were renamed; a config
+      that sets an old name is refused with one line naming the new one
+      (registry.check_settings), not told that the mixer has no such setting.
 
   Hooks (override them; call super() in check_settings):
     `make_shared(settings, **encoder_fields)` (None): a classmethod making the module whose
@@ -88,6 +91,7 @@ class Mixer(nn.Module):
   SETTINGS_WHEN = ()
   OPTIMIZER_GROUP = ()
   MIN_LAYERS = 1
+  RENAMED_SETTINGS = {}
 
   def __post_init__(self):
     self.check_settings()

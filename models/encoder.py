@@ -10,8 +10,8 @@ import numpy as np
 
 from lra.models import registry, reversible
 from lra import rules
+from lra.models.blocks.short_conv import ShortConv
 from lra.models.classifiers import PAIR_FEATURES, Classifier, Denoiser, DualClassifier
-from lra.models.recurrent_mixer import ShortConv
 from lra.models.settings import (INPUT_ENCODERS, NORMS, POOLINGS, POSITIONS, EncoderConfig,
                                  check_encoder, check_reading)
 

@@ -1,12 +1,13 @@
 """The registry of token mixers (attention variants) by name.
 
-Adding a variant means one new file in models/ whose Mixer subclass (models/common.py, which
-declares the whole mixer interface) is decorated with `@register("name")` (or
+Adding a variant means one new file in models/mixers/ whose Mixer subclass (models/common.py,
+which declares the whole mixer interface) is decorated with `@register("name")` (or
 `@registry.register("name")`), and one test file. The first lookup imports every module of
-models/ (about 1.2 s more than reading them, measured in docs/results.md: a config's load is
-not worth a second copy of dataclass reading); each decorator registers its class. A mixer registered at run time (outside code that a command's
-`--import` loads, or a test's) is looked up the same way; `make`, `make_shared` and
-`user_settings` also take an unregistered mixer class (lra.testing.check_mixer checks one).
+models/mixers/ (about 1.2 s more than reading them, measured in docs/results.md: a config's
+load is not worth a second copy of dataclass reading); each decorator registers its class. A
+mixer registered at run time (outside code that a command's `--import` loads, or a test's) is
+looked up the same way; `make`, `make_shared` and `user_settings` also take an unregistered
+mixer class (lra.testing.check_mixer checks one).
 """
 from __future__ import annotations
 
@@ -21,18 +22,18 @@ from lra import rules
 from lra.rules import SettingError
 
 _MIXERS: dict[str, type] = {}  # every registered class, by name
-_BUILT_IN = "lra.models."  # the module prefix of the mixers of models/
-_loaded = False  # whether every module of models/ has been imported
+_BUILT_IN = "lra.models.mixers."  # the module prefix of the mixers of models/mixers/
+_loaded = False  # whether every module of models/mixers/ has been imported
 
 _MISSING = object()
 
 
 def _load_built_in() -> None:
-  """Imports every module of models/ once, so that each built-in mixer is registered."""
+  """Imports every module of models/mixers/ once, so that each built-in mixer is registered."""
   global _loaded
   if not _loaded:
     _loaded = True
-    for module in pkgutil.iter_modules([str(pathlib.Path(__file__).parent)]):
+    for module in pkgutil.iter_modules([str(pathlib.Path(__file__).parent / "mixers")]):
       importlib.import_module(_BUILT_IN + module.name)
 
 
@@ -47,7 +48,8 @@ def register(name: str) -> Callable[[type], type]:
       _load_built_in()
     if name in _MIXERS:
       owner = _MIXERS[name].__module__
-      where = f"models/{owner[len(_BUILT_IN):]}.py" if owner.startswith(_BUILT_IN) else owner
+      where = (f"models/mixers/{owner[len(_BUILT_IN):]}.py" if owner.startswith(_BUILT_IN)
+               else owner)
       raise SettingError(f"{cls.__module__} registers mixer {name!r}, a name {where} already "
                          f"has; register yours under another name, e.g. "
                          f"@register({'my_' + name!r})")
@@ -102,13 +104,13 @@ def takes_rotary(name: str) -> bool:
 
 
 def names() -> list[str]:
-  """Every mixer: those of models/ and those registered at run time."""
+  """Every mixer: those of models/mixers/ and those registered at run time."""
   _load_built_in()
   return sorted(_MIXERS)
 
 
 def in_repository(name: str) -> bool:
-  """Whether mixer `name` is one of models/ (and so has the task configs' per-model choices);
+  """Whether mixer `name` is one of models/mixers/ (and so has the task configs' per-model choices);
   False for one registered at run time (outside code)."""
   _load_built_in()
   return name in _MIXERS and _MIXERS[name].__module__.startswith(_BUILT_IN)
@@ -143,7 +145,7 @@ def user_settings(name: str | type) -> list[str]:
 
 def unruled_settings(name: str | type) -> list[str]:
   """The user settings of mixer `name` declared without a rule (Mixer.setting_rules): any
-  value of them trains unchecked (every mixer of models/ has a rule for each)."""
+  value of them trains unchecked (every mixer of models/mixers/ has a rule for each)."""
   ruled = _class(name).setting_rules()
   return [k for k in user_settings(name) if k not in ruled]
 
@@ -165,9 +167,15 @@ def make_shared(mixer: str | type, settings: dict[str, Any], **encoder_fields: A
 
 def check_settings(mixer: str | type, names) -> None:
   """Raises SettingError if `mixer` is not a model or takes no setting of one of `names`
-  (the keys of config.model.attention), listing the settings it takes."""
+  (the keys of config.model.attention), listing the settings it takes; a renamed setting's old
+  name (the mixer's RENAMED_SETTINGS) gets a line naming its new one."""
   valid = user_settings(mixer)  # an unknown mixer: SettingError listing the valid ones
   unknown = sorted(set(names) - set(valid))
+  renamed = _class(mixer).RENAMED_SETTINGS
+  for old in unknown:
+    if old in renamed:
+      raise SettingError(f"config.model.attention.{old} was renamed: set "
+                         f"config.model.attention.{renamed[old]} instead")
   if unknown:
     name = getattr(mixer, "__name__", mixer)  # a class: its own name
     # A near miss (query_chunks for query_chunk) gets the name it was probably meant to be.

@@ -12,7 +12,8 @@ import pytest
 
 from lra import models, testing
 from lra.models import registry
-from lra.models.based import Based, taylor_features
+from lra.models.mixers.based import Based
+from lra.models.ops.taylor_attention import taylor_features
 from lra.rules import SettingError
 from tests import helpers
 

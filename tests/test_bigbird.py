@@ -4,7 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra.models import bigbird, registry, transformer
+from lra.models import registry
+from lra.models.mixers import bigbird, transformer
 from lra.rules import SettingError
 from tests.helpers import array_shapes, projected_attention, random_mask
 

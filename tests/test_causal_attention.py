@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra.models import transformer
-from lra.models.transformer import FullAttention
+from lra.models.mixers import transformer
+from lra.models.mixers.transformer import FullAttention
 from tests.helpers import masked_softmax_attention, padded_inputs, run_once
 
 HEADS, DIM, LENGTH = 2, 8, 11

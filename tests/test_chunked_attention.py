@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from lra import models
-from lra.models import registry, transformer
-from lra.models.chunked_attention import balanced_chunk, chunked_attention
-from lra.models.transformer import FullAttention, resolve_implementation
+from lra.models import registry
+from lra.models.mixers import transformer
+from lra.models.ops.chunked_attention import balanced_chunk, chunked_attention
+from lra.models.mixers.transformer import FullAttention, resolve_implementation
 from lra.rules import SettingError
 from tests.helpers import masked_softmax_attention, padded_inputs, run_once as _run
 

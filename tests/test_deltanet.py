@@ -1,9 +1,11 @@
 """DeltaNet (Schlag et al. 2021; Yang et al. 2024): the layer against an independent reference
-written from the paper's equations (projections, short causal convs, l2 norms, a step loop of
-S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T, RMS norm, o_proj), outputs and the
-gradients of the parameters and the input, causal and bidirectional (the two directions'
-average), on rows with trailing padding; the chunked (UT) form against the recurrent one with
-beta near 0, 1 and 2 and repeated keys, in the core and in the layer; the settings."""
+written from the paper's equations (tests/naive.py: projections, short causal convs, l2 norms,
+a step loop of S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T, RMS norm, o_proj),
+outputs and the gradients of the parameters and the input, causal and bidirectional (the two
+directions' average), on rows with trailing padding; the core's chunked (UT) form against its
+recurrent one and the loop with beta near 0, 1 and 2 and repeated keys; its defaults and its
+own errors. What the family shares (the layer's chunked form equal to its recurrent one, the
+heads, the state count) is tests/test_recurrent_family.py's."""
 import functools
 
 import jax
@@ -12,11 +14,11 @@ import numpy as np
 import pytest
 
 from lra.models import registry
-from lra.models.deltanet import DeltaNet
-from lra.models.matrix_recurrence import recurrence
+from lra.models.mixers.deltanet import DeltaNet
+from lra.models.ops.matrix_recurrence import recurrence
 from lra.rules import SettingError
 from lra.testing import cheap_compiles
-from tests import helpers
+from tests import helpers, naive
 from tests.helpers import run_once
 
 WIDTH, HEADS = 8, 2
@@ -27,71 +29,6 @@ K = WIDTH // HEADS
 def _cheap_compiles():
   with cheap_compiles():  # lra.testing's, as the contract compiles
     yield
-
-
-# --- the reference, from the paper's equations ---
-
-def _silu(x):
-  return x / (1.0 + jnp.exp(-x))
-
-
-def _causal_conv(x_BxLxC, w_KxC):
-  """y_t = sum_j w_j x_{t-(K-1)+j}: the current and the K - 1 previous positions (zeros
-  before the start)."""
-  kernel, length = w_KxC.shape[0], x_BxLxC.shape[1]
-  padded = jnp.concatenate([jnp.zeros((x_BxLxC.shape[0], kernel - 1, x_BxLxC.shape[2])),
-                            x_BxLxC], axis=1)
-  return sum(w_KxC[j][None, None, :] * padded[:, j:j + length] for j in range(kernel))
-
-
-def _delta_loop(q, k, v, beta, mask, *, alpha=None, reverse=False):
-  """o_t = S_t^T q_t with S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,
-  the matrix form position by position (a scan over t); a padded position leaves S and
-  outputs 0."""
-  alpha = jnp.ones(beta.shape) if alpha is None else alpha
-  return _matrix_loop(q, k, v, beta, alpha, mask, reverse)
-
-
-def _matrix_loop(q, k, v, beta, alpha, mask, reverse):
-  batch, _, heads, key = q.shape
-  eye = jnp.eye(key)[None, None]
-
-  def step(S, xs):
-    q_t, k_t, v_t, b_t, a_t, real = xs  # B x H x K, .., B x H, B
-    k_t, b_t = k_t[..., :, None], b_t[..., None, None]  # B x H x K x 1
-    transition = a_t[..., None, None] * (eye - b_t * (k_t @ jnp.swapaxes(k_t, -1, -2)))
-    written = transition @ S + b_t * (k_t @ v_t[..., None, :])
-    S = jnp.where(real[:, None, None, None], written, S)
-    o_t = (jnp.swapaxes(S, -1, -2) @ q_t[..., None])[..., 0]
-    return S, jnp.where(real[:, None, None], o_t, 0.0)
-
-  xs = [jnp.moveaxis(jnp.asarray(a), 1, 0) for a in (q, k, v, beta, alpha, mask)]
-  S = jnp.zeros((batch, heads, key, v.shape[-1]))
-  return jnp.moveaxis(jax.lax.scan(step, S, xs, reverse=reverse)[1], 0, 1)
-
-
-def _reference(p, x, mask, *, bidirectional=False, use_beta=True, use_gate=False,
-               allow_neg_eigval=False):
-  """fla's DeltaNet layer written out from its equations (float32)."""
-  batch, length, _ = x.shape
-  x = jnp.where(jnp.asarray(mask)[..., None], x, 0.0)
-
-  def branch(name):
-    y = _silu(_causal_conv(x @ p[f"{name}_proj"]["kernel"], p[f"{name}_conv1d"]["weight"]))
-    return y.reshape(batch, length, HEADS, -1)
-
-  unit = lambda a: a / jnp.sqrt(jnp.sum(a * a, -1, keepdims=True) + 1e-6)
-  q, k, v = unit(branch("q")) / np.sqrt(K), unit(branch("k")), branch("v")
-  beta = 1.0 / (1.0 + jnp.exp(-x @ p["b_proj"]["kernel"])) if use_beta else \
-      jnp.ones((batch, length, HEADS))
-  beta = 2 * beta if allow_neg_eigval else beta
-  o = _delta_loop(q, k, v, beta, mask)
-  if bidirectional:
-    o = 0.5 * (o + _delta_loop(q, k, v, beta, mask, reverse=True))
-  o = o / jnp.sqrt(jnp.mean(o * o, -1, keepdims=True) + 1e-5) * p["o_norm"]["scale"][None, None, None]
-  if use_gate:
-    o = o * _silu(x @ p["g_proj"]["kernel"]).reshape(o.shape)
-  return o.reshape(batch, length, -1) @ p["o_proj"]["kernel"]
 
 
 def _params(mixer, x, mask, seed=3):
@@ -114,7 +51,7 @@ def test_layer_matches_the_reference(settings):
   mask = helpers.trailing_mask([length, 4, 1], length)
   cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
   mixer = DeltaNet(num_heads=HEADS, chunk_size=3, **settings)
-  reference = lambda v, x: _reference(v["params"], x, mask, **{
+  reference = lambda v, x: naive.delta_net(v["params"], x, mask, HEADS, **{
       k: v for k, v in settings.items() if k != "conv_kernel"})
   (out, ref), (grads, ref_grads) = helpers.mixer_against_reference(
       mixer, lambda x: _params(mixer, x, mask), reference, x, mask, cotangent)
@@ -161,7 +98,7 @@ def test_chunked_delta_rule_equals_the_recurrent_one_and_the_loop(case):
     forms = [functools.partial(recurrence, form="recurrent"),
              functools.partial(recurrence, form="chunked", chunk_size=4)]
     fns = [lambda *a, f=f: f(*a[:3], jnp.asarray(mask), beta=a[3])[0] for f in forms]
-    fns.append(lambda *a: _delta_loop(*a, mask))
+    fns.append(lambda *a: naive.delta_loop(*a, mask))
     return [jax.value_and_grad(lambda *a, f=f: jnp.sum(f(*a) * cotangent), (0, 1, 2, 3))(
         q, k, v, beta) for f in fns] + [fns[1](q, k, v, beta), fns[2](q, k, v, beta)]
 
@@ -174,49 +111,17 @@ def test_chunked_delta_rule_equals_the_recurrent_one_and_the_loop(case):
     np.testing.assert_allclose(e, l, rtol=1e-3, atol=1e-4 * scale)
 
 
-def test_chunked_layer_equals_the_recurrent_layer():
-  """The layer with form "chunked" (chunks of 4 over 13 positions) equals form "recurrent",
-  outputs and gradients, with beta pushed to 0 or 1 (b_proj scaled up) and both directions."""
-  rng = np.random.default_rng(2)
-  length = 13
-  x = jnp.asarray(rng.normal(size=(2, length, WIDTH)), jnp.float32)
-  mask = jnp.asarray(helpers.trailing_mask([length, 6], length))
-  cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
-  chunked = DeltaNet(num_heads=HEADS, chunk_size=4, bidirectional=True)
-  recurrent = DeltaNet(num_heads=HEADS, form="recurrent", bidirectional=True)
-  variables = run_once(lambda x: _params(chunked, x, mask), x)
-  variables["params"]["b_proj"]["kernel"] = 30 * variables["params"]["b_proj"]["kernel"]
-
-  def both(variables, x):
-    loss = lambda m: lambda v, x: jnp.sum(m.apply(v, x, mask, deterministic=True) * cotangent)
-    return [jax.value_and_grad(loss(m), (0, 1))(variables, x) for m in (recurrent, chunked)]
-
-  (value, expected), (got_value, got) = run_once(both, variables, x)
-  np.testing.assert_allclose(got_value, value, rtol=1e-4)
-  for g, e in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
-    np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-4 * max(1.0, np.abs(e).max()))
-
-
 # --- settings ---
 
-def test_settings_state_size_and_errors():
+def test_defaults_head_sizes_and_errors():
+  """fla's defaults; K = V = width / heads, a width the heads do not divide is one line; no
+  head_dim setting (the heads are the encoder's). The settings' own rules:
+  tests/test_models.py."""
   assert registry.default_settings("deltanet") == dict(
       form="chunked", chunk_size=64, bidirectional=False, combine="mean", conv_kernel=4,
       allow_neg_eigval=False, use_gate=False, use_beta=True)
-  assert DeltaNet(num_heads=2).carried_state(8, 64) == 2 * 4 * 4
-  assert DeltaNet(num_heads=4, bidirectional=True).carried_state(8, 64) == 2 * 4 * 2 * 2
-  for bad, match in ((dict(conv_kernel=0), "conv_kernel=0 .* >= 1"),
-                     (dict(use_gate=1), "use_gate=1 .* True or False"),
-                     (dict(use_beta="yes"), "use_beta='yes'"),
-                     (dict(allow_neg_eigval=None), "allow_neg_eigval=None"),
-                     (dict(form="fast"), "form='fast'"),
-                     (dict(chunk_size=0), "chunk_size=0 .* >= 1"),
-                     (dict(bidirectional=1), "bidirectional=1"),
-                     (dict(num_heads=0), "num_heads=0"),
-                     (dict(dropout_rate=0.1), "attention_dropout_rate=0.1")):
-    with pytest.raises(SettingError, match=match):
-      DeltaNet(**bad)
+  assert DeltaNet(num_heads=2).head_sizes(8) == (2, 4, 4)
   with pytest.raises(SettingError, match="num_heads=3 .* a divisor of the model width 8"):
-    DeltaNet(num_heads=3).carried_state(8, 64)
+    DeltaNet(num_heads=3).head_sizes(8)
   with pytest.raises(SettingError, match="head_dim"):
     registry.make("deltanet", dict(head_dim=4))

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.fnet  # noqa: F401  (registers "fnet")
+import lra.models.mixers.fnet  # noqa: F401  (registers "fnet")
 from lra.models import registry
-from lra.models.fnet import FourierMixer
+from lra.models.mixers.fnet import FourierMixer
 from lra.rules import SettingError
 from tests.helpers import padded_inputs, run_once as _run
 

@@ -1,11 +1,12 @@
 """Gated DeltaNet (Yang, Kautz & Hatamizadeh 2025): the layer against an independent reference
-written from the paper's equations (projections, short causal convs, l2 norms, the decay
--exp(A_log) softplus(a_proj(x) + dt_bias), a step loop of
+written from the paper's equations (tests/naive.py: projections, short causal convs, l2 norms,
+the decay -exp(A_log) softplus(a_proj(x) + dt_bias), a step loop of
 S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T, gated RMS norm, o_proj),
 outputs and the gradients of the parameters and the input, causal and bidirectional (the two
-directions' average), on rows with trailing padding; the chunked (UT) form against the
-recurrent one under strong and mixed decays with beta near 1, in the core and in the layer;
-the initialisation, the optimiser group and the settings."""
+directions' average), on rows with trailing padding; the core's chunked (UT) form against its
+recurrent one and the loop under strong and mixed decays with beta near 1; the
+initialisation, the optimiser group, its defaults and its own errors. What the family shares
+is tests/test_recurrent_family.py's."""
 import functools
 
 import jax
@@ -15,12 +16,12 @@ import pytest
 
 from lra import models
 from lra.models import registry
-from lra.models.gated_deltanet import GatedDeltaNet
-from lra.models.matrix_recurrence import recurrence
+from lra.models.mixers.gated_deltanet import GatedDeltaNet
+from lra.models.ops.matrix_recurrence import recurrence
 from lra.rules import SettingError
 from lra.training import optim
 from lra.testing import cheap_compiles
-from tests import helpers
+from tests import helpers, naive
 from tests.helpers import run_once
 
 WIDTH, HEADS = 8, 2
@@ -31,74 +32,6 @@ K = WIDTH // HEADS
 def _cheap_compiles():
   with cheap_compiles():  # lra.testing's, as the contract compiles
     yield
-
-
-# --- the reference, from the paper's equations ---
-
-def _silu(x):
-  return x / (1.0 + jnp.exp(-x))
-
-
-def _softplus(x):
-  return jnp.log1p(jnp.exp(x))
-
-
-def _causal_conv(x_BxLxC, w_KxC):
-  """y_t = sum_j w_j x_{t-(K-1)+j}: the current and the K - 1 previous positions (zeros
-  before the start)."""
-  kernel, length = w_KxC.shape[0], x_BxLxC.shape[1]
-  padded = jnp.concatenate([jnp.zeros((x_BxLxC.shape[0], kernel - 1, x_BxLxC.shape[2])),
-                            x_BxLxC], axis=1)
-  return sum(w_KxC[j][None, None, :] * padded[:, j:j + length] for j in range(kernel))
-
-
-def _gated_delta_loop(q, k, v, beta, alpha, mask, *, reverse=False):
-  """o_t = S_t^T q_t with S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,
-  the matrix form position by position (a scan over t); a padded position leaves S and
-  outputs 0."""
-  return _matrix_loop(q, k, v, beta, alpha, mask, reverse)
-
-
-def _matrix_loop(q, k, v, beta, alpha, mask, reverse):
-  batch, _, heads, key = q.shape
-  eye = jnp.eye(key)[None, None]
-
-  def step(S, xs):
-    q_t, k_t, v_t, b_t, a_t, real = xs  # B x H x K, .., B x H, B
-    k_t, b_t = k_t[..., :, None], b_t[..., None, None]  # B x H x K x 1
-    transition = a_t[..., None, None] * (eye - b_t * (k_t @ jnp.swapaxes(k_t, -1, -2)))
-    written = transition @ S + b_t * (k_t @ v_t[..., None, :])
-    S = jnp.where(real[:, None, None, None], written, S)
-    o_t = (jnp.swapaxes(S, -1, -2) @ q_t[..., None])[..., 0]
-    return S, jnp.where(real[:, None, None], o_t, 0.0)
-
-  xs = [jnp.moveaxis(jnp.asarray(a), 1, 0) for a in (q, k, v, beta, alpha, mask)]
-  S = jnp.zeros((batch, heads, key, v.shape[-1]))
-  return jnp.moveaxis(jax.lax.scan(step, S, xs, reverse=reverse)[1], 0, 1)
-
-
-def _reference(p, x, mask, *, bidirectional=False, use_gate=True, allow_neg_eigval=False):
-  """fla's GatedDeltaNet layer written out from its equations (float32)."""
-  batch, length, _ = x.shape
-  x = jnp.where(jnp.asarray(mask)[..., None], x, 0.0)
-
-  def branch(name):
-    y = _silu(_causal_conv(x @ p[f"{name}_proj"]["kernel"], p[f"{name}_conv1d"]["weight"]))
-    return y.reshape(batch, length, HEADS, -1)
-
-  unit = lambda a: a / jnp.sqrt(jnp.sum(a * a, -1, keepdims=True) + 1e-6)
-  q, k, v = unit(branch("q")) / np.sqrt(K), unit(branch("k")), branch("v")
-  beta = (2.0 if allow_neg_eigval else 1.0) / (1.0 + jnp.exp(-x @ p["b_proj"]["kernel"]))
-  dt = _softplus(x @ p["a_proj"]["kernel"] + p["dt_bias"][None, None])
-  alpha = jnp.exp(-jnp.exp(p["A_log"])[None, None] * dt)
-  o = _gated_delta_loop(q, k, v, beta, alpha, mask)
-  if bidirectional:
-    o = 0.5 * (o + _gated_delta_loop(q, k, v, beta, alpha, mask, reverse=True))
-  o = o / jnp.sqrt(jnp.mean(o * o, -1, keepdims=True) + 1e-5) * p["o_norm"]["scale"][None, None,
-                                                                                     None]
-  if use_gate:
-    o = o * _silu(x @ p["g_proj"]["kernel"]).reshape(o.shape)
-  return o.reshape(batch, length, -1) @ p["o_proj"]["kernel"]
 
 
 def _params(mixer, x, mask, seed=3):
@@ -126,8 +59,9 @@ def test_layer_matches_the_reference(settings):
   mask = helpers.trailing_mask([length, 4, 1], length)
   cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
   mixer = GatedDeltaNet(num_heads=HEADS, chunk_size=3, **settings)
-  reference = lambda v, x: _reference(v["params"], x, mask, **{
-      k: v for k, v in settings.items() if k not in ("conv_kernel", "expand_v")})
+  reference = lambda v, x: naive.delta_net(v["params"], x, mask, HEADS, gated=True, **{
+      "use_gate": True, **{k: v for k, v in settings.items()
+                           if k not in ("conv_kernel", "expand_v")}})
   (out, ref), (grads, ref_grads) = helpers.mixer_against_reference(
       mixer, lambda x: _params(mixer, x, mask), reference, x, mask, cotangent)
   np.testing.assert_allclose(out, np.where(mask[..., None], ref, 0.0), rtol=1e-4, atol=1e-5)
@@ -168,7 +102,7 @@ def test_chunked_gated_delta_rule_equals_the_recurrent_one_and_the_loop(decay):
              functools.partial(recurrence, form="chunked", chunk_size=4)]
     fns = [lambda q, k, v, b, g, f=f: f(q, k, v, jnp.asarray(mask), beta=b, log_decay=g)[0]
            for f in forms]
-    fns.append(lambda q, k, v, b, g: _gated_delta_loop(q, k, v, b, jnp.exp(g), mask))
+    fns.append(lambda q, k, v, b, g: naive.delta_loop(q, k, v, b, mask, alpha=jnp.exp(g)))
     return [jax.value_and_grad(lambda *a, f=f: jnp.sum(f(*a) * cotangent), range(5))(*args)
             for f in fns] + [fns[1](*args), fns[2](*args)]
 
@@ -180,34 +114,6 @@ def test_chunked_gated_delta_rule_equals_the_recurrent_one_and_the_loop(decay):
     scale = max(1.0, np.abs(e).max())
     np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-4 * scale)
     np.testing.assert_allclose(e, l, rtol=1e-3, atol=1e-4 * scale)
-
-
-def test_chunked_layer_equals_the_recurrent_layer():
-  """The layer with form "chunked" (chunks of 4 over 13 positions) equals form "recurrent",
-  outputs and gradients, both directions, with beta pushed to 0 or 1 (b_proj scaled up), one
-  head's decay strong (A = 16, dt about 3: alpha about e^-48) and the other's weak."""
-  rng = np.random.default_rng(2)
-  length = 13
-  x = jnp.asarray(rng.normal(size=(2, length, WIDTH)), jnp.float32)
-  mask = jnp.asarray(helpers.trailing_mask([length, 6], length))
-  cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
-  chunked = GatedDeltaNet(num_heads=HEADS, chunk_size=4, bidirectional=True)
-  recurrent = GatedDeltaNet(num_heads=HEADS, form="recurrent", bidirectional=True)
-  variables = run_once(lambda x: _params(chunked, x, mask), x)
-  p = variables["params"]
-  p["b_proj"]["kernel"] = 30 * p["b_proj"]["kernel"]
-  p["A_log"] = jnp.log(jnp.asarray([16.0, 0.01]))
-  p["dt_bias"] = jnp.asarray([3.0, -3.0])
-
-  def both(variables, x):
-    loss = lambda m: lambda v, x: jnp.sum(m.apply(v, x, mask, deterministic=True) * cotangent)
-    return [jax.value_and_grad(loss(m), (0, 1))(variables, x) for m in (recurrent, chunked)]
-
-  (value, expected), (got_value, got) = run_once(both, variables, x)
-  np.testing.assert_allclose(got_value, value, rtol=1e-4)
-  for g, e in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(expected)):
-    assert np.all(np.isfinite(g))
-    np.testing.assert_allclose(g, e, rtol=1e-3, atol=1e-4 * max(1.0, np.abs(e).max()))
 
 
 # --- initialisation, optimiser, settings ---
@@ -234,25 +140,13 @@ def test_initialisation_and_optimizer_group():
   assert len(group) == 4 and {k.rsplit("'", 2)[-2] for k in group} == {"A_log", "dt_bias"}
 
 
-def test_settings_state_size_and_errors():
+def test_defaults_head_sizes_and_errors():
+  """fla's defaults; V = expand_v K; no use_beta setting (beta always). The settings' own
+  rules: tests/test_models.py; the heads' division, DeltaNet's: tests/test_deltanet.py."""
   assert registry.default_settings("gated_deltanet") == dict(
       form="chunked", chunk_size=64, bidirectional=False, combine="mean", conv_kernel=4,
       allow_neg_eigval=False, use_gate=True, expand_v=2)
-  assert GatedDeltaNet(num_heads=2).carried_state(8, 64) == 2 * 4 * 8
-  both = GatedDeltaNet(num_heads=4, expand_v=1, bidirectional=True)
-  assert both.carried_state(8, 64) == 2 * 4 * 4
-  for bad, match in ((dict(conv_kernel=0), "conv_kernel=0 .* >= 1"),
-                     (dict(expand_v=1.5), "expand_v=1.5 .* >= 1"),
-                     (dict(expand_v=0), "expand_v=0"),
-                     (dict(use_gate=1), "use_gate=1 .* True or False"),
-                     (dict(allow_neg_eigval="no"), "allow_neg_eigval='no'"),
-                     (dict(form="fast"), "form='fast'"),
-                     (dict(chunk_size=0), "chunk_size=0 .* >= 1"),
-                     (dict(num_heads=0), "num_heads=0"),
-                     (dict(dropout_rate=0.1), "attention_dropout_rate=0.1")):
-    with pytest.raises(SettingError, match=match):
-      GatedDeltaNet(**bad)
-  with pytest.raises(SettingError, match="num_heads=3 .* a divisor of the model width 8"):
-    GatedDeltaNet(num_heads=3).carried_state(8, 64)
+  assert GatedDeltaNet(num_heads=2).head_sizes(8) == (2, 4, 8)
+  assert GatedDeltaNet(num_heads=4, expand_v=1).head_sizes(8) == (4, 2, 2)
   with pytest.raises(SettingError, match="use_beta"):
     registry.make("gated_deltanet", dict(use_beta=False))

@@ -11,7 +11,8 @@ import pytest
 
 from lra import models, testing
 from lra.models import registry
-from lra.models.hyena import Hyena, fft_convolve
+from lra.models.mixers.hyena import Hyena
+from lra.models.ops.convolution import fft_convolve
 from lra.rules import SettingError
 from lra.testing import cheap_compiles
 from tests import helpers

@@ -175,6 +175,22 @@ def test_models_and_tasks_keep_their_sides():
   assert not found, "; ".join(found)
 
 
+def test_models_are_in_three_layers():
+  """As fla's ops, modules and layers: the computations (models/ops) import no building block
+  and no mixer (of models/ only each other and common.py's masked softmax), the building blocks
+  (models/blocks) no mixer, and a mixer (models/mixers) no other mixer: a part two mixers share
+  lives in ops/ or blocks/."""
+  graph = _graph()
+  ops, blocks, mixers = "lra.models.ops", "lra.models.blocks", "lra.models.mixers"
+  assert {f"{mixers}.mamba", f"{blocks}.recurrent", f"{ops}.matrix_recurrence"} <= set(graph)
+  found = [f"{m} imports {t}" for m, targets in graph.items() for t in targets
+           if (_within(m, ops) and _within(t, "lra.models")
+               and not (_within(t, ops) or t == "lra.models.common"))
+           or (_within(m, blocks) and _within(t, mixers))
+           or (_within(m, mixers) and _within(t, mixers) and t != mixers)]
+  assert not found, "; ".join(found)
+
+
 def test_nothing_imports_a_top_level_models_or_configs():
   """The project imports its own folders only as lra.models / lra.configs (a user's own
   `models` package must never be taken for ours, nor ours for theirs): in the library, the

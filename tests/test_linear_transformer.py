@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lra.models import registry
-from lra.models.linear_transformer import LinearTransformerAttention
+from lra.models.mixers.linear_transformer import LinearTransformerAttention
 from tests.helpers import padded_inputs, run_once as _run
 
 HEADS, DIM = 2, 8

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.linformer  # noqa: F401  (registers "linformer")
-from lra.models import registry, transformer
-from lra.models.linformer import LinformerAttention
+import lra.models.mixers.linformer  # noqa: F401  (registers "linformer")
+from lra.models import registry
+from lra.models.mixers import transformer
+from lra.models.mixers.linformer import LinformerAttention
 from lra.rules import SettingError
 from tests.helpers import padded_inputs, run_once as _run
 

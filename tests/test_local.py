@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.local  # registers "local" even before models/__init__ imports it
-from lra.models import registry, transformer
+import lra.models.mixers.local  # registers "local" even before models/__init__ imports it
+from lra.models import registry
+from lra.models.mixers import transformer
 from tests.helpers import projected_attention, random_mask
 
 

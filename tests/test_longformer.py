@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.longformer  # noqa: F401  (registers "longformer")
-from lra.models import registry, transformer
-from lra.models.longformer import LongformerAttention
+import lra.models.mixers.longformer  # noqa: F401  (registers "longformer")
+from lra.models import registry
+from lra.models.mixers import transformer
+from lra.models.mixers.longformer import LongformerAttention
 from lra.rules import SettingError
 from tests.helpers import array_shapes, masked_softmax_attention, random_mask
 

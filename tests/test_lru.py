@@ -6,9 +6,9 @@ import optax
 import pytest
 
 from lra import models
-import lra.models.lru  # noqa: F401  (registers "lru")
+import lra.models.mixers.lru  # noqa: F401  (registers "lru")
 from lra.models import registry
-from lra.models.lru import LRU, magnitude_and_phase
+from lra.models.mixers.lru import LRU, magnitude_and_phase
 from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run

@@ -1,7 +1,7 @@
 """Mamba (Gu & Dao 2023): the selective scan against a sequential loop, the chunked scan against
 the associative one (outputs and gradients), the whole block against an independent numpy
-implementation, causality, padding, the bidirectional combination and the official
-initialisation."""
+implementation, causality, padding, the bidirectional combination, the official
+initialisation, and the old name of `form` refused."""
 import functools
 
 import jax
@@ -10,24 +10,16 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.mamba  # noqa: F401  (registers "mamba")
+import lra.models.mixers.mamba  # noqa: F401  (registers "mamba")
 from lra.training import optim
 from lra.models import registry
-from lra.models.mamba import Mamba
-from lra.models.selective_scan import chunked_selective_scan, selective_scan
+from lra.models.mixers.mamba import Mamba
+from lra.models.ops.selective_scan import chunked_selective_scan, selective_scan
 from lra.rules import SettingError
-from tests import helpers
+from tests import helpers, naive
 from tests.helpers import run_once as _run
 
 WIDTH, LENGTH, STATE = 4, 7, 3  # odd length: the scan's tree is not a perfect power of two
-
-
-def _silu(v):
-  return v / (1 + np.exp(-v))
-
-
-def _softplus(v):
-  return np.log1p(np.exp(v))
 
 
 def _scan_loop(u, dt, a, b, c, d):
@@ -89,14 +81,14 @@ def test_chunked_scan_equals_the_associative_scan(chunk, group):
 
 
 def test_chunked_mixer_equals_the_associative_mixer():
-  """The bidirectional mixer with scan "chunked" (the default) is the one with scan
+  """The bidirectional mixer with form "chunked" (the default) is the one with form
   "associative": the same parameters, and the same outputs and gradients (of the parameters
   and the input) on rows with trailing padding, by chunks of 2 (no divisor of the length)."""
   rng = np.random.default_rng(11)
   x = jnp.asarray(rng.normal(size=(3, LENGTH, WIDTH)), jnp.float32)
   mask = jnp.asarray(helpers.trailing_mask([LENGTH, 4, 1], LENGTH))
   cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32) * mask[..., None]
-  reference = Mamba(state_size=STATE, bidirectional=True, scan="associative")
+  reference = Mamba(state_size=STATE, bidirectional=True, form="associative")
   chunked = Mamba(state_size=STATE, bidirectional=True, chunk_size=2)
   p, same = _run(lambda: [_init(reference, x, mask), _init(chunked, x, mask)])
   assert jax.tree_util.tree_all(jax.tree_util.tree_map(
@@ -137,7 +129,7 @@ def test_chunked_train_step_holds_no_state_per_position():
     return max(sizes)
 
   states = batch * length * 2 * width * state  # expand 2
-  assert largest(Mamba(state_size=state, scan="associative")) >= states
+  assert largest(Mamba(state_size=state, form="associative")) >= states
   assert largest(Mamba(state_size=state, bidirectional=True)) <= states // 8
 
 
@@ -153,11 +145,11 @@ def _np_direction(p, x):
       source = t - (kernel - 1) + k  # causal: the current and the K - 1 previous positions
       if source >= 0:
         conv[t] += w[k] * x[source]
-  u = _silu(conv)
+  u = naive.silu(conv)
   rank, n = p["dt_proj"]["kernel"].shape[0], p["A_log"].shape[1]
   proj = u @ p["x_proj"]["kernel"]
   low, b, c = proj[:, :rank], proj[:, rank:rank + n], proj[:, rank + n:]
-  dt = _softplus(low @ p["dt_proj"]["kernel"] + p["dt_bias"])
+  dt = naive.softplus(low @ p["dt_proj"]["kernel"] + p["dt_bias"])
   return _scan_loop(u, dt, -np.exp(p["A_log"]), b, c, p["D"])
 
 
@@ -169,7 +161,7 @@ def _np_block(p, x, bidirectional):
   y = _np_direction(p["forward"], xs)
   if bidirectional:
     y = 0.5 * (y + _np_direction(p["backward"], xs[::-1])[::-1])
-  return (y * _silu(z)) @ p["out_proj"]["kernel"]
+  return (y * naive.silu(z)) @ p["out_proj"]["kernel"]
 
 
 def _spread(params, seed):
@@ -280,8 +272,8 @@ def test_official_initialisation():
   x, mask = jnp.zeros((1, 3, width)), jnp.ones((1, 3), bool)
   # The parameters do not depend on the scan (test_chunked_mixer_equals_the_associative_mixer):
   # the associative one is cheaper to compile.
-  mixers = (Mamba(state_size=state, bidirectional=True, scan="associative"),
-            Mamba(state_size=state, dt_min=1e-6, dt_max=1e-3, dt_rank=8, scan="associative"))
+  mixers = (Mamba(state_size=state, bidirectional=True, form="associative"),
+            Mamba(state_size=state, dt_min=1e-6, dt_max=1e-3, dt_rank=8, form="associative"))
   params = _run(lambda: [m.init(jax.random.PRNGKey(0), x, mask, deterministic=True)["params"]
                          for m in mixers])
   p = params[0]
@@ -292,7 +284,7 @@ def test_official_initialisation():
     assert q["dt_proj"]["kernel"].shape == (rank, inner) and q["conv_weight"].shape == (4, inner)
     np.testing.assert_allclose(q["A_log"], np.log(np.tile(np.arange(1, state + 1), (inner, 1))))
     np.testing.assert_array_equal(q["D"], 1.0)
-  dt = _softplus(np.float64(p["forward"]["dt_bias"]))  # log-uniform in [0.001, 0.1]
+  dt = naive.softplus(np.float64(p["forward"]["dt_bias"]))  # log-uniform in [0.001, 0.1]
   assert np.all((dt > 0.001 * (1 - 1e-4)) & (dt < 0.1 * (1 + 1e-4)))
   quartiles = (np.quantile(np.log(dt), [0.25, 0.5, 0.75]) - np.log(1e-3)) / np.log(100)
   np.testing.assert_allclose(quartiles, [0.25, 0.5, 0.75], atol=0.1)
@@ -307,12 +299,12 @@ def test_official_initialisation():
     assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.9 * bound
   assert abs(np.var(p["in_proj"]["kernel"]) * 3 * width - 1) < 0.05
   # out_proj / sqrt(n_layer) (the peers' rescale_prenorm_residual, one residual per layer).
-  deep = _run(lambda: Mamba(state_size=state, num_layers=4, scan="associative").init(
+  deep = _run(lambda: Mamba(state_size=state, num_layers=4, form="associative").init(
       jax.random.PRNGKey(0), x, mask, deterministic=True)["params"])
   assert abs(np.var(deep["out_proj"]["kernel"]) * 3 * inner * 4 - 1) < 0.05
   assert np.abs(deep["out_proj"]["kernel"]).max() <= inner ** -0.5 / 2
   # dt_min below the floor: dt starts at 1e-4 or more.
-  dt = _softplus(np.float64(params[1]["forward"]["dt_bias"]))
+  dt = naive.softplus(np.float64(params[1]["forward"]["dt_bias"]))
   assert np.all(dt >= 1e-4 * (1 - 1e-3)) and np.all(dt <= 1e-3 * (1 + 1e-3))
   assert params[1]["forward"]["dt_proj"]["kernel"].shape == (8, inner)
 
@@ -332,7 +324,7 @@ def test_optimizer_group_takes_a_log_d_and_dt_bias_of_both_directions():
 def test_settings_and_errors():
   assert registry.default_settings("mamba") == dict(
       state_size=16, expand=2, conv_kernel=4, dt_rank="auto", dt_min=0.001, dt_max=0.1,
-      bidirectional=False, scan="chunked", chunk_size=32)
+      bidirectional=False, form="chunked", chunk_size=32)
   for bad, match in ((dict(state_size=0), "state_size=0 .* >= 1"),
                      (dict(expand=1.5), "expand=1.5 .* >= 1"),
                      (dict(conv_kernel=0), "conv_kernel=0 .* >= 1"),
@@ -342,7 +334,7 @@ def test_settings_and_errors():
                      (dict(dt_min=0.1, dt_max=0.01), "<= config.model.attention.dt_max"),
                      (dict(dt_min=0.0), "dt_min=0.0 .* > 0"),
                      (dict(bidirectional=1), "True or False"),
-                     (dict(scan="fast"), "scan='fast' .* 'chunked', 'associative'"),
+                     (dict(form="fast"), "form='fast' .* 'chunked', 'associative'"),
                      (dict(chunk_size=0), "chunk_size=0 .* >= 1")):
     with pytest.raises(SettingError, match=match):
       Mamba(**bad)
@@ -350,3 +342,21 @@ def test_settings_and_errors():
     Mamba(dropout_rate=0.1)
   with pytest.raises(SettingError, match="state_size"):
     registry.make("mamba", dict(d_state=8))
+
+
+def test_the_old_name_scan_is_refused_naming_form():
+  """`scan` is the family's `form` now (one name for one idea): a config file that sets it,
+  a --config override that asks for it and the registry's make each refuse it in one line
+  naming the new setting."""
+  from lra.configs import listops
+  line = ("config.model.attention.scan was renamed: set config.model.attention.form "
+          "instead")
+  config = listops.get_config("mamba,cpu")
+  attempts = [lambda: registry.make("mamba", {"scan": "associative"}),
+              lambda: registry.check_settings("mamba", list(config.model.attention) + ["scan"]),
+              lambda: config.model.attention.scan]  # how an override reaches it
+  for attempt in attempts:
+    with pytest.raises(SettingError) as error:
+      attempt()
+    assert str(error.value) == line
+  assert registry.make("mamba", {"form": "associative"}).form == "associative"

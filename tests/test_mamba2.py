@@ -1,8 +1,9 @@
 """Mamba-2 (Dao & Gu 2024): the layer against an independent implementation written from the
-paper's equations (the SSM recurrence position by position per head, the causal conv, the
-gated group RMS norm), outputs and input gradients, causal and bidirectional, with trailing
-padding; the chunked form against the recurrent one; the official initialisation; the
-optimiser group; the settings' one-line errors."""
+paper's equations (tests/naive.py: the SSM recurrence position by position per head, the
+causal conv, the gated group RMS norm), outputs and input gradients, causal and bidirectional,
+with trailing padding; the official initialisation; the optimiser group; its defaults and its
+own one-line errors. What the family shares (chunked equals recurrent, causality, the state
+count) is tests/test_recurrent_family.py's."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,62 +11,15 @@ import pytest
 
 from lra import models
 from lra.models import registry
-from lra.models.mamba2 import Mamba2
+from lra.models.mixers.mamba2 import Mamba2
 from lra.rules import SettingError
 from lra.training import optim
-from tests import helpers
+from tests import helpers, naive
 from tests.helpers import run_once as _run
 
 # E = 2 x 4 = 8 inner channels, H = 4 heads of P = 2, G = 2 groups of B and C (2 heads each).
 WIDTH, LENGTH = 4, 7
 SMALL = dict(d_state=3, head_dim=2, groups=2, conv_kernel=3, chunk_size=4)
-
-
-# --- the reference: one row's real tokens (L x D), from the paper's equations ---
-
-def _silu(xp, v):
-  return v / (1 + xp.exp(-v))
-
-
-def _reference(p, x, settings, bidirectional, xp=np):
-  """The layer on one row. xp = numpy (float64 outputs) or jax.numpy (for its gradients):
-  plain loops over positions, no helper of the mixer."""
-  n, k_size = settings["d_state"], settings["conv_kernel"]
-  groups, head = settings["groups"], settings["head_dim"]
-  length, inner = x.shape[0], p["norm"].shape[0]
-  heads = inner // head
-  heads_per_group = heads // groups
-  proj = x @ p["in_proj"]["kernel"]  # [z, x, B, C, dt]
-  z, xbc, dt_raw = proj[:, :inner], proj[:, inner:2 * inner + 2 * groups * n], \
-      proj[:, 2 * inner + 2 * groups * n:]
-  w, b = p["conv"]["weight"], p["conv"]["bias"]
-  conv = []
-  for t in range(length):  # causal: the current and the K - 1 previous positions
-    terms = [w[j] * xbc[t - (k_size - 1) + j] for j in range(k_size) if t - (k_size - 1) + j >= 0]
-    conv.append(b + sum(terms))
-  u = _silu(xp, xp.stack(conv))
-  xs = u[:, :inner].reshape(length, heads, head)
-  group_of = np.arange(heads) // heads_per_group  # head h reads group h // (H / G)
-  B = u[:, inner:inner + groups * n].reshape(length, groups, n)[:, group_of]  # L x H x N
-  C = u[:, inner + groups * n:].reshape(length, groups, n)[:, group_of]
-  dt = xp.log1p(xp.exp(dt_raw + p["dt_bias"][None]))  # softplus, L x H
-  A = -xp.exp(p["A_log"])
-
-  def scan(order):
-    S, y = xp.zeros((heads, n, head)), [None] * length
-    for t in order:  # S_t = exp(dt A) S_{t-1} + dt B x^T, y_t = S_t^T C_t
-      S = xp.exp(dt[t] * A)[:, None, None] * S + \
-          dt[t][:, None, None] * B[t][:, :, None] * xs[t][:, None, :]
-      y[t] = xp.einsum("hnp,hn->hp", S, C[t])
-    return xp.stack(y)
-
-  y = scan(range(length))
-  if bidirectional:
-    y = 0.5 * (y + scan(range(length - 1, -1, -1)))
-  y = (y + p["D"][None, :, None] * xs).reshape(length, inner)
-  g = (y * _silu(xp, z)).reshape(length, groups, inner // groups)  # RMSNorm(y SiLU(z)) per group
-  g = g / xp.sqrt(xp.mean(g * g, axis=-1, keepdims=True) + 1e-5)
-  return (g.reshape(length, inner) * p["norm"][None]) @ p["out_proj"]["kernel"]
 
 
 def _init(mixer, x, mask, seed=1):
@@ -108,59 +62,21 @@ def test_layer_matches_the_reference_outputs_and_input_gradients(bidirectional):
     loss = lambda x: jnp.sum(mixer.apply({"params": p}, x, jnp.asarray(mask),
                                          deterministic=True) * cotangent)
     out = mixer.apply({"params": p}, x, jnp.asarray(mask), deterministic=True)
-    ref_grads = [jax.grad(lambda r: jnp.sum(_reference(p, r, SMALL, bidirectional, jnp)
+    ref_grads = [jax.grad(lambda r: jnp.sum(naive.mamba2_row(p, r, SMALL, bidirectional, jnp)
                                             * cotangent[row, :real]))(x[row, :real])
                  for row, real in enumerate(mask.sum(1))]
     return out, jax.grad(loss)(x), ref_grads
 
   got, grads, ref_grads = _run(program, _f32(p), jnp.asarray(x, jnp.float32))
   for row, real in enumerate(mask.sum(1)):
-    expected = _reference(p, x[row, :real], SMALL, bidirectional)
+    expected = naive.mamba2_row(p, x[row, :real], SMALL, bidirectional)
     np.testing.assert_allclose(got[row, :real], expected, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(grads[row, :real], ref_grads[row], rtol=1e-4, atol=1e-5)
   assert np.abs(np.asarray(got[0])).max() > 0.1 and np.abs(np.asarray(grads[0])).max() > 0.1
   # The recurrence matters: without it (D skip only) the output is another.
   p0 = dict(p, dt_bias=np.full_like(p["dt_bias"], -30.0))
-  assert np.abs(_reference(p0, x[0], SMALL, bidirectional) - np.asarray(got[0])).max() > 0.05
-
-
-def test_chunked_equals_recurrent():
-  """The chunked form (chunks of 4, no divisor of 13) computes the recurrent form's function:
-  outputs and the gradients of every parameter and of the input, both directions."""
-  rng = np.random.default_rng(4)
-  length = 13
-  x = jnp.asarray(rng.normal(size=(2, length, WIDTH)), jnp.float32)
-  mask = jnp.asarray(helpers.trailing_mask([length, 9], length))
-  cotangent = jnp.asarray(rng.normal(size=x.shape), jnp.float32)
-  forms = [Mamba2(bidirectional=True, **dict(SMALL, form=form)) for form in ("recurrent",
-                                                                            "chunked")]
-  p = _f32(_spread(_run(lambda: _init(forms[0], x, mask)), seed=5))
-
-  def outputs_and_grads(mixer):
-    fn = lambda p, x: jnp.sum(mixer.apply({"params": p}, x, mask, deterministic=True)
-                              * cotangent)
-    return mixer.apply({"params": p}, x, mask, deterministic=True), jax.grad(fn, (0, 1))(p, x)
-
-  (y_ref, g_ref), (y, g) = _run(lambda: [outputs_and_grads(m) for m in forms])
-  np.testing.assert_allclose(y, y_ref, rtol=1e-5, atol=1e-5)
-  for a, b in zip(jax.tree_util.tree_leaves(g), jax.tree_util.tree_leaves(g_ref)):
-    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
-  assert np.abs(np.asarray(y_ref)).max() > 0.1
-
-
-def test_causal_outputs_ignore_future_tokens():
-  rng = np.random.default_rng(6)
-  x = rng.normal(size=(1, LENGTH, WIDTH))
-  changed = x.copy()
-  changed[:, 3:] += 10 * rng.normal(size=changed[:, 3:].shape)
-  mask = jnp.ones((1, LENGTH), bool)
-  mixers = [Mamba2(bidirectional=b, **SMALL) for b in (False, True)]
-  p = _f32(_spread(_run(lambda: _init(mixers[0], x, mask)), seed=7))
-  outs = _run(lambda: [[m.apply({"params": p}, jnp.asarray(v, jnp.float32), mask,
-                                 deterministic=True) for v in (x, changed)] for m in mixers])
-  (causal, causal2), (both, both2) = [[np.asarray(o) for o in pair] for pair in outs]
-  assert np.abs(causal2[:, :3] - causal[:, :3]).max() < 1e-6
-  assert np.abs(both2[:, :3] - both[:, :3]).max() > 1e-3  # the backward pass sees the future
+  without = naive.mamba2_row(p0, x[0], SMALL, bidirectional)
+  assert np.abs(without - np.asarray(got[0])).max() > 0.05
 
 
 def test_official_initialisation():
@@ -185,8 +101,7 @@ def test_official_initialisation():
     assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.9 * bound
   out = np.asarray(p["out_proj"]["kernel"])  # / sqrt(num_layers): _init_weights
   assert np.abs(out).max() <= inner ** -0.5 / 2 and abs(np.var(out) * 3 * inner * 4 - 1) < 0.1
-  assert mixer.carried_state(width, 64) == heads * 8 * n
-  assert Mamba2(bidirectional=True).carried_state(width, 64) == 2 * inner * 128
+  assert mixer.head_sizes(width) == (heads, n, 8)
 
 
 def test_optimizer_group_takes_a_log_d_and_dt_bias():
@@ -200,20 +115,15 @@ def test_optimizer_group_takes_a_log_d_and_dt_bias():
   assert {k.rsplit("'", 2)[-2] for k in group} == {"A_log", "D", "dt_bias"}
 
 
-def test_settings_and_errors():
+def test_defaults_and_errors():
+  """The official defaults (the core's chunk size); dt_min above dt_max, a head_dim that does
+  not divide E and groups that do not divide the heads are one line each (the settings' own
+  rules: tests/test_models.py)."""
   assert registry.default_settings("mamba2") == dict(
       form="chunked", chunk_size=64, bidirectional=False, combine="mean", d_state=128,
       head_dim=64, expand=2, conv_kernel=4, groups=1, dt_min=0.001, dt_max=0.1)
-  for bad, match in ((dict(d_state=0), "d_state=0 .* >= 1"),
-                     (dict(head_dim=1.5), "head_dim=1.5"),
-                     (dict(groups=0), "groups=0 .* >= 1"),
-                     (dict(dt_min=0.1, dt_max=0.01), "<= config.model.attention.dt_max"),
-                     (dict(form="fast"), "form='fast'"),
-                     (dict(bidirectional=1), "True or False")):
-    with pytest.raises(SettingError, match=match):
-      Mamba2(**bad)
-  with pytest.raises(SettingError, match="attention_dropout_rate"):
-    Mamba2(dropout_rate=0.1)
+  with pytest.raises(SettingError, match="<= config.model.attention.dt_max"):
+    Mamba2(dt_min=0.1, dt_max=0.01)
   x, mask = jnp.zeros((1, 3, 6)), jnp.ones((1, 3), bool)  # E = 12
   for bad, match in ((dict(head_dim=8), r"head_dim=8 is not valid: a divisor of the inner "
                       r"width expand x width = 12"),

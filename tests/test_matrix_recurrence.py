@@ -1,4 +1,4 @@
-"""The recurrent family's core (models/matrix_recurrence.py): both forms against an independent
+"""The recurrent family's core (models/ops/matrix_recurrence.py): both forms against an independent
 numpy loop of the recurrence for every decay kind, with and without the delta rule and the
 exponential write gate; the chunked form against the recurrent one for gradients; padding
 inert (a padded row equals the truncated row, a hole is skipped); the reverse direction; the
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra.models.matrix_recurrence import recurrence
+from lra.models.ops.matrix_recurrence import recurrence
 from tests.helpers import run_once
 
 B, L, H, K, V = 2, 11, 2, 3, 4  # 11: not a multiple of the chunk sizes 4 and 3
@@ -159,7 +159,7 @@ def test_vector_decay_sub_chunks(monkeypatch, sub):
   """A chunk of 6 in sub-chunks of 2 or 3 (the default 16 needs longer inputs): values and
   gradients equal the loop's, also under decays of e^-60 per step (the factorised form's
   overflow)."""
-  from lra.models import matrix_recurrence
+  from lra.models.ops import matrix_recurrence
   monkeypatch.setattr(matrix_recurrence, "SUB", sub)
   q, k, v, gates = _inputs(5, "vector")
   gates["log_decay"][0, :, 0] = -60.0

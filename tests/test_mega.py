@@ -8,13 +8,13 @@ import pytest
 import scipy.special
 
 from lra import models
-import lra.models.mega  # noqa: F401  (registers "mega")
+import lra.models.mixers.mega  # noqa: F401  (registers "mega")
 from lra.models import registry
 from lra.models.encoder import Block
-from lra.models.mega import DampedEMA, chunk_attention
+from lra.models.mixers.mega import DampedEMA, chunk_attention
 from lra.models.settings import EncoderConfig
 from lra.rules import SettingError
-from tests import helpers
+from tests import helpers, naive
 
 WIDTH, LENGTH = 4, 11  # 11: not a multiple of the chunk (4)
 SETTINGS = dict(z_dim=3, v_dim=5, ema_dim=3, max_positions=6)
@@ -22,10 +22,6 @@ SETTINGS = dict(z_dim=3, v_dim=5, ema_dim=3, max_positions=6)
 
 def _sigmoid(x):
   return 1.0 / (1.0 + np.exp(-x))
-
-
-def _silu(x):
-  return x * _sigmoid(x)
 
 
 def _randomised(params, seed: int, scale: float = 0.7):
@@ -65,7 +61,7 @@ def _ema_recurrence(p, x_LxD, bidirectional: bool):
     for t in order:
       h = alpha[k] * beta[k] * x_LxD[t][:, None] + (1 - alpha[k] * delta[k]) * h
       y[t] += np.sum(eta[k] * h, axis=-1) / np.sqrt(alpha.shape[-1])
-  return _silu(y + np.asarray(p["omega"]) * x_LxD)
+  return naive.silu(y + np.asarray(p["omega"]) * x_LxD)
 
 
 def _ema_truncated(p, x_LxD, lags: int):
@@ -82,7 +78,7 @@ def _ema_truncated(p, x_LxD, lags: int):
         y[t] += kernel(0, t - s) * x_LxD[s]
       if 0 <= s - t < lags:
         y[t] += kernel(1, s - t) * x_LxD[s]
-  return _silu(y + np.asarray(p["omega"]) * x_LxD)
+  return naive.silu(y + np.asarray(p["omega"]) * x_LxD)
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
@@ -144,15 +140,15 @@ def _mega_reference(p, x_BxLxD, mask_BxL, *, chunk: int, fn: str):
   v_dim = p["value"]["bias"].shape[0]
   hs, phis = [], []
   for x, keep in zip(np.asarray(x_BxLxD, np.float64), mask_BxL):
-    value = _silu(dense("value", x))
+    value = naive.silu(dense("value", x))
     base = dense("ema_projection", _ema_recurrence(p["ema"], np.where(keep[:, None], x, 0),
                                                    True))
-    phi, zz = _sigmoid(base[:, :width]), _silu(base[:, width:width + z])
-    gamma, hx = _silu(base[:, width + z:width + z + v_dim]), base[:, width + z + v_dim:]
+    phi, zz = _sigmoid(base[:, :width]), naive.silu(base[:, width:width + z])
+    gamma, hx = naive.silu(base[:, width + z:width + z + v_dim]), base[:, width + z + v_dim:]
     q = zz * p["query_scale"] + p["query_offset"]
     k = zz * p["key_scale"] + p.get("key_offset", 0.0)
     o = _dense_attention(q, k, value, keep, p["relative_bias"], chunk or len(keep), fn)
-    hs.append(_silu(hx + dense("out", gamma * o)))
+    hs.append(naive.silu(hx + dense("out", gamma * o)))
     phis.append(phi)
   return np.stack(hs), np.stack(phis)
 

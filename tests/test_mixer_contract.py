@@ -47,15 +47,16 @@ ENCODER_VARIANTS = {
 # content, which every mixer must ignore): for them trailing padding is not truncation.
 LENGTH_DEPENDENT = {
     # "the DFT runs over all L positions (frequencies 2 pi k / L), and a shorter padding
-    # gives a different transform of the same real tokens" (models/fnet.py).
+    # gives a different transform of the same real tokens" (models/mixers/fnet.py).
     "fnet",
     # "They do depend on the padded LENGTH (it sets the segment boundaries), as in the
     # paper": the m landmarks are means over m segments of the padded sequence
-    # (models/nystromformer.py).
+    # (models/mixers/nystromformer.py).
     "nystromformer",
     # "The sorting network has N outputs, so it is built for the number of blocks seen at
-    # init: apply the model at the padded length it was initialised with" (models/sinkhorn.py);
-    # the truncated input cannot even be applied (sort_kernel's shape is per block count).
+    # init: apply the model at the padded length it was initialised with"
+    # (models/mixers/sinkhorn.py); the truncated input cannot even be applied (sort_kernel's
+    # shape is per block count).
     "sinkhorn",
 }
 # (BigBird's pattern also depends on the number of blocks, but with the tiny settings the

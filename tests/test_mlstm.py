@@ -1,91 +1,22 @@
 """mLSTM (xLSTM, Beck et al. 2024): the layer against a reference written from the paper's
-stabilised recurrence, position by position (m_t = max(log f_t + m_{t-1}, i_t), C, n and the
-normalised read), outputs and gradients of parameters and input, causal and bidirectional;
-huge input gates (pre-activation 50) stay finite and exact; chunked equals recurrent; xLSTM's
-initialisation; settings."""
+stabilised recurrence, position by position (tests/naive.py: m_t = max(log f_t + m_{t-1}, i_t),
+C, n and the normalised read), outputs and gradients of parameters and input, causal and
+bidirectional; huge input gates (pre-activation 50) stay finite and exact; the gradient follows
+the stabiliser as xLSTM's; xLSTM's initialisation; its defaults and its own errors. What the
+family shares is tests/test_recurrent_family.py's."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from lra.models import registry
-from lra.models.mlstm import MLSTM
+from lra.models.mixers.mlstm import MLSTM
 from lra.rules import SettingError
 from lra.testing import finite
-from tests import helpers
+from tests import helpers, naive
 from tests.helpers import run_once as _run
 
 WIDTH, HEADS, LENGTH = 4, 2, 7  # E = 8 inner channels, K = 4 per head, blocks of 2
-
-
-def _lead(a, ndim):
-  a = jnp.asarray(a)
-  return a.reshape((1,) * (ndim - a.ndim) + a.shape)
-
-
-def _silu(a):
-  return a * jax.nn.sigmoid(a)
-
-
-def _cell(q, k, v, i, f, mask, reverse=False):
-  """The paper's stabilised mLSTM, one position at a time (a scan over L; state 0 and m 0
-  before the first): a padded position leaves the state alone and reads 0."""
-  batch, _, heads, key = q.shape
-  k = k / np.sqrt(key)
-
-  def step(state, xs):
-    C, n, m = state
-    q_t, k_t, v_t, i_t, f_t, keep = xs
-    log_f = jax.nn.log_sigmoid(f_t)
-    m_new = jnp.maximum(log_f + m, i_t)
-    f_act, i_act = jnp.exp(log_f + m - m_new), jnp.exp(i_t - m_new)
-    C_new = f_act[..., None, None] * C + i_act[..., None, None] * (
-        k_t[..., :, None] * v_t[..., None, :])
-    n_new = f_act[..., None] * n + i_act[..., None] * k_t
-    den = jnp.maximum(jnp.abs(jnp.sum(n_new * q_t, -1)), jnp.exp(-m_new)) + 1e-6
-    h = jnp.einsum("bhkv,bhk->bhv", C_new, q_t) / den[..., None]
-    state = (jnp.where(keep[:, None, None, None], C_new, C),
-             jnp.where(keep[:, None, None], n_new, n), jnp.where(keep[:, None], m_new, m))
-    return state, h * keep[:, None, None]
-
-  xs = [jnp.moveaxis(a, 1, 0) for a in (q, k, v, i, f, mask)]
-  state = (jnp.zeros((batch, heads, key, key)), jnp.zeros((batch, heads, key)),
-           jnp.zeros((batch, heads)))
-  _, h = jax.lax.scan(step, state, xs, reverse=reverse)
-  return jnp.moveaxis(h, 0, 1)
-
-
-def _reference(p, x, mask, bidirectional=False, conv_kernel=4, block=2):
-  """xLSTM's mLSTM layer from its equations (xlstm/blocks/mlstm/layer.py's order)."""
-  x = jnp.where(mask[..., None], x, 0.0)
-  up = x @ p["proj_up"]["kernel"]
-  inner = up.shape[-1] // 2
-  xm, z = up[..., :inner], up[..., inner:]
-  xm = jnp.where(mask[..., None], xm, 0.0)
-  padded = jnp.pad(xm, ((0, 0), (conv_kernel - 1, 0), (0, 0)))
-  conv = _lead(p["conv"]["bias"], 3) + sum(
-      _lead(p["conv"]["weight"][j], 3) * padded[:, j:j + xm.shape[1]] for j in range(conv_kernel))
-  c = _silu(conv)
-
-  def headwise(w, a):  # block-diagonal: block b maps channels b*block.. to the same
-    blocks = [a[..., b * block:(b + 1) * block] @ w[b].T for b in range(w.shape[0])]
-    return jnp.concatenate(blocks, axis=-1)
-
-  q, k, v = (headwise(p[n]["kernel"], a) for n, a in (("q_proj", c), ("k_proj", c),
-                                                       ("v_proj", xm)))
-  qkv = jnp.concatenate([q, k, v], axis=-1)  # xLSTM's gates: Linear(3E -> H) of cat(q, k, v)
-  gate = lambda name: qkv @ p[name + "_kernel"].reshape(3 * inner, HEADS) + \
-      _lead(p[name + "_bias"], 3)
-  split = lambda a: a.reshape(a.shape[:2] + (HEADS, inner // HEADS))
-  h = _cell(split(q), split(k), split(v), gate("igate"), gate("fgate"), mask)
-  if bidirectional:
-    h = 0.5 * (h + _cell(split(q), split(k), split(v), gate("igate"), gate("fgate"), mask,
-                         reverse=True))
-  mean = jnp.mean(h, -1, keepdims=True)
-  var = jnp.mean((h - mean) ** 2, -1, keepdims=True)
-  h = (h - mean) / jnp.sqrt(var + 1e-5) * _lead(p["outnorm"], 4)
-  h = (h.reshape(c.shape) + _lead(p["learnable_skip"], 3) * c) * _silu(z)
-  return (h @ p["proj_down"]["kernel"]) * mask[..., None]
 
 
 def _inputs(seed, length=LENGTH):
@@ -110,7 +41,7 @@ def _check_against_reference(mixer, seed, igate_bias=None, bidirectional=False):
       p["igate_bias"] = jnp.asarray(igate_bias, jnp.float32)
     return {"params": p}
 
-  ref = lambda v, x: _reference(v["params"], x, mask, bidirectional)
+  ref = lambda v, x: naive.mlstm(v["params"], x, mask, HEADS, bidirectional)
   (out, expected), (grads, expected_grads) = helpers.mixer_against_reference(
       mixer, make, ref, x, mask, cotangent * mask[..., None])
   assert finite(expected) and finite(expected_grads)
@@ -142,8 +73,8 @@ def test_the_gradient_follows_the_stabiliser_as_xlstms_does(form):
   through m too, as xLSTM differentiates its max_log_D. The core's cell (matrix_recurrence +
   mlstm.normalised) has the paper's stabilised recurrence's gradient with respect to the input
   and forget gates (with m held constant, the input gates' gradient differs by about 1)."""
-  from lra.models.matrix_recurrence import recurrence
-  from lra.models.mlstm import normalised
+  from lra.models.mixers.mlstm import normalised
+  from lra.models.ops.matrix_recurrence import recurrence
   rng = np.random.default_rng(5)
   shape = (2, LENGTH, HEADS)
   q, k, v = (jnp.asarray(rng.normal(size=shape + (4,)), jnp.float32) for _ in range(3))
@@ -159,31 +90,11 @@ def test_the_gradient_follows_the_stabiliser_as_xlstms_does(form):
                       chunk_size=3, log_decay=jax.nn.log_sigmoid(f), log_write=i)
     return jnp.sum(normalised(o, m) * cot)
 
-  paper = lambda i, f: jnp.sum(_cell(q, k, v, i, f, mask) * cot)
+  paper = lambda i, f: jnp.sum(naive.mlstm_cell(q, k, v, i, f, mask) * cot)
   got, want = _run(lambda: (jax.grad(core, (0, 1))(i, f), jax.grad(paper, (0, 1))(i, f)))
   for g, w in zip(got, want):
     np.testing.assert_allclose(g, w, rtol=2e-4, atol=1e-5)
   assert float(jnp.abs(want[0]).max()) > 0.05  # the gates' gradient matters here
-
-
-def test_chunked_equals_recurrent():
-  """Chunks of 4 over 13 positions (no divisor): the same outputs and gradients as the
-  position-by-position form, both directions."""
-  x, mask, cotangent = _inputs(3, length=13)
-  mixers = [_mixer(form=form, chunk_size=4, bidirectional=True)
-            for form in ("recurrent", "chunked")]
-
-  def run(x):
-    params = mixers[0].init(jax.random.PRNGKey(0), x, mask, deterministic=True)
-    params = {"params": helpers.perturb(params["params"], 3)}
-    loss = lambda m: lambda p, x: jnp.sum(m.apply(p, x, mask, deterministic=True) * cotangent)
-    return [(m.apply(params, x, mask, deterministic=True), jax.grad(loss(m), (0, 1))(params, x))
-            for m in mixers]
-
-  (want, want_grads), (got, got_grads) = _run(run, x)
-  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-  for g, w in zip(jax.tree_util.tree_leaves(got_grads), jax.tree_util.tree_leaves(want_grads)):
-    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
 def test_xlstm_initialisation():
@@ -205,20 +116,16 @@ def test_xlstm_initialisation():
   assert np.abs(np.asarray(p["conv"]["weight"])).max() <= 0.5  # 1 / sqrt(kernel 4)
 
 
-def test_settings_state_size_and_errors():
+def test_defaults_state_size_and_errors():
+  """xLSTM's defaults; the state: C (K x K), n (K) and m per head and direction; a width whose
+  inner channels the heads or qkv_blocksize do not divide is one line (the settings' own rules:
+  tests/test_models.py)."""
   assert registry.default_settings("mlstm") == dict(
       proj_factor=2, conv_kernel=4, qkv_blocksize=4, form="chunked", chunk_size=64,
       bidirectional=False, combine="mean")
   key = 2 * WIDTH // HEADS
   assert _mixer().carried_state(WIDTH, 64) == HEADS * (key * key + key + 1)
   assert _mixer(bidirectional=True).carried_state(WIDTH, 64) == 2 * HEADS * (key * key + key + 1)
-  for bad, match in ((dict(proj_factor=0), "proj_factor=0 .* >= 1"),
-                     (dict(conv_kernel=0), "conv_kernel=0 .* >= 1"),
-                     (dict(qkv_blocksize=1.5), "qkv_blocksize=1.5"),
-                     (dict(bidirectional=1), "True or False"),
-                     (dict(dropout_rate=0.1), "attention_dropout_rate")):
-    with pytest.raises(SettingError, match=match):
-      _mixer(**bad)
   x, mask, _ = _inputs(0)
   for bad, match in ((dict(qkv_blocksize=3), "qkv_blocksize=3 .* divisor of .* 8"),
                      (dict(num_heads=3), "num_heads=3 .* divisor of .* 8")):

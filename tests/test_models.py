@@ -16,7 +16,8 @@ import pytest
 
 from lra import models, rules
 from lra.configs import base, image, listops
-from lra.models import common, encoder, registry, transformer
+from lra.models import common, encoder, registry
+from lra.models.mixers import transformer
 from lra.models import settings as s
 from lra.models.settings import EncoderConfig
 from lra.rules import SettingError
@@ -153,7 +154,8 @@ def test_static_settings_are_the_dataclass_defaults(name):
 @pytest.mark.parametrize("name", registry.names())
 def test_every_bad_setting_fails_at_build_time(name):
   """Values each setting's check rejects (True for an int, 0 or -1 below a minimum, an unknown
-  choice, ...) raise SettingError from models.build, before anything is traced."""
+  choice, ...) raise SettingError from models.build, before anything is traced; so does
+  attention dropout for a mixer without attention weights."""
   cls = registry.get(name)
   model = _build(name)  # the defaults build
   assert isinstance(model, models.Classifier)
@@ -166,14 +168,20 @@ def test_every_bad_setting_fails_at_build_time(name):
       _build(name, qkv_dim=15)
   with pytest.raises(SettingError, match="config.model.attention_dropout_rate=1.0"):
     _build(name, attention_dropout_rate=1.0)
+  if not cls.ATTENTION_DROPOUT:  # no attention weights: refused, not ignored
+    with pytest.raises(SettingError, match="config.model.attention_dropout_rate=0.1 .* 0.0 "
+                       "for this model"):
+      _build(name, attention_dropout_rate=0.1)
 
 
 def test_registry_knows_every_mixer_of_models_and_its_constants():
-  """Every module of models/ with a @register class is found, and its class constants read."""
-  registered = {path.stem for path in (pathlib.Path(_ROOT) / "models").glob("*.py")
+  """Every module of models/ with a @register class is found (each one of models/mixers/),
+  and its class constants read."""
+  registered = {path.relative_to(_ROOT).as_posix()
+                for path in (pathlib.Path(_ROOT) / "models").rglob("*.py")
                 if re.search(r"^@(registry\.)?register\(", path.read_text(), re.M)}
-  assert {registry.get(n).__module__.rsplit(".", 1)[1] for n in registry.names()
-          if registry.in_repository(n)} == registered
+  assert {f"models/mixers/{registry.get(n).__module__.rsplit('.', 1)[1]}.py"
+          for n in registry.names() if registry.in_repository(n)} == registered
   assert registry.encoder_settings("s5") == dict(positions="none", pooling="MEAN", use_cls=False)
   assert registry.encoder_settings("transformer") == {}
   assert registry.settings_when("sparse_transformer", dict(num_heads=1)) == dict(
@@ -192,8 +200,9 @@ def test_a_built_in_name_taken_by_outside_code_is_one_line(tmp_path):
                        cwd=tmp_path, capture_output=True, text=True)
   assert run.returncode != 0 and "Traceback" not in run.stderr, run.stderr
   (line,) = [l for l in run.stderr.splitlines() if l.strip()]
-  assert line == ("error: mine registers mixer 'transformer', a name models/transformer.py "
-                  "already has; register yours under another name, e.g. "
+  assert line == ("error: mine registers mixer 'transformer', a name "
+                  "models/mixers/transformer.py already has; register yours under another "
+                  "name, e.g. "
                   "@register('my_transformer')"), line
   assert not (tmp_path / "w").exists()
 

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.nystromformer  # noqa: F401  (registers "nystromformer")
-from lra.models import common, registry, transformer
-from lra.models.nystromformer import (NystromAttention, depthwise_conv, iterative_pinv,
-                                  nystrom_attention)
+import lra.models.mixers.nystromformer  # noqa: F401  (registers "nystromformer")
+from lra.models import common, registry
+from lra.models.mixers import transformer
+from lra.models.mixers.nystromformer import (NystromAttention, depthwise_conv,
+                                            iterative_pinv, nystrom_attention)
 from lra.rules import SettingError
 from tests.helpers import (array_shapes, masked_softmax_attention, noise_where_padded,
                            run_once as _run)

@@ -5,10 +5,10 @@ import numpy as np
 import optax
 
 from lra import models
-import lra.models.s4d  # noqa: F401  (registers "s4d")
+import lra.models.mixers.s4d  # noqa: F401  (registers "s4d")
 from lra.configs import listops
 from lra.training import optim
-from lra.models.s4d import S4D
+from lra.models.mixers.s4d import S4D
 
 
 def _config(model="s4d", **kw):

@@ -121,7 +121,7 @@ _OUTSIDE = textwrap.dedent("""
 def test_wheel_works_outside_the_checkout(tmp_path):
   """Build the wheel offline with this environment's setuptools, install it into a bare folder,
   and from another directory (the checkout not on the path) build every task config, list the
-  mixers (the registry reads models/*.py, so the sources must ship) and run a tiny model."""
+  mixers (the registry reads models/mixers/*.py, so the sources must ship) and run a tiny model."""
   wheels, target, elsewhere = tmp_path / "wheels", tmp_path / "site", tmp_path / "elsewhere"
   elsewhere.mkdir()
   # Build from a clean copy: an in-tree build reuses the checkout's build/ folder, which would

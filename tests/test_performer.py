@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.performer  # registers "performer" even before models/__init__ imports it
-from lra.models import registry, transformer
-from lra.models.performer import (PerformerAttention, favor_attention, positive_features,
-                               random_features)
+import lra.models.mixers.performer  # registers "performer" even before models/__init__ imports it
+from lra.models import registry
+from lra.models.mixers import transformer
+from lra.models.mixers.performer import (PerformerAttention, favor_attention,
+                                        positive_features, random_features)
 from lra.rules import SettingError
 from tests.helpers import masked_softmax_attention, random_mask, run_once as _run, tiny_model
 from tests.test_linear_transformer import rotate

@@ -6,7 +6,7 @@ import pytest
 from lra import models
 from lra.configs import listops, mqar
 from lra.errors import UserError
-from lra.models.based import Based
+from lra.models.mixers.based import Based
 from lra.commands.train import check_before_data  # the checks a run makes before its data
 
 

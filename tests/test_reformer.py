@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.reformer  # noqa: F401  (registers "reformer")
+import lra.models.mixers.reformer  # noqa: F401  (registers "reformer")
 from lra.models import registry
-from lra.models.reformer import ReformerAttention, hash_buckets, lsh_attention, random_rotations
+from lra.models.mixers.reformer import (ReformerAttention, hash_buckets, lsh_attention,
+                                        random_rotations)
 from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.linformer  # noqa: F401  (registers "linformer")
-import lra.models.local  # noqa: F401  (registers "local")
+import lra.models.mixers.linformer  # noqa: F401  (registers "linformer")
+import lra.models.mixers.local  # noqa: F401  (registers "local")
 from lra.models import registry, reversible
 from lra.models.settings import EncoderConfig
 from lra.rules import SettingError

@@ -8,11 +8,11 @@ import optax
 import pytest
 
 from lra import models
-import lra.models.s4d  # noqa: F401  (registers "s4d")
+import lra.models.mixers.s4d  # noqa: F401  (registers "s4d")
 from lra.configs import listops
 from lra.training import optim
 from lra.models import registry
-from lra.models.s4d import S4D, ssm_kernel
+from lra.models.mixers.s4d import S4D, ssm_kernel
 from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run

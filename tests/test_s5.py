@@ -7,9 +7,9 @@ import pytest
 import scipy.linalg
 
 from lra import models
-import lra.models.s5  # noqa: F401  (registers "s5")
+import lra.models.mixers.s5  # noqa: F401  (registers "s5")
 from lra.models import registry
-from lra.models.s5 import S5, discretize, eigenbasis, hippo_n, hippo_n_eigen
+from lra.models.mixers.s5 import S5, discretize, eigenbasis, hippo_n, hippo_n_eigen
 from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run

@@ -4,9 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import lra.models.sinkhorn  # noqa: F401  (registers "sinkhorn")
+import lra.models.mixers.sinkhorn  # noqa: F401  (registers "sinkhorn")
 from lra.models import registry
-from lra.models.sinkhorn import SinkhornAttention, sinkhorn, sorted_block_attention
+from lra.models.mixers.sinkhorn import SinkhornAttention, sinkhorn, sorted_block_attention
 from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run

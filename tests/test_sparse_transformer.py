@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.sparse_transformer  # noqa: F401  (registers "sparse_transformer")
-from lra.models import registry, transformer
-from lra.models.sparse_transformer import SparseTransformerAttention
+import lra.models.mixers.sparse_transformer  # noqa: F401  (registers "sparse_transformer")
+from lra.models import registry
+from lra.models.mixers import transformer
+from lra.models.mixers.sparse_transformer import SparseTransformerAttention
 from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run

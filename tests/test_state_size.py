@@ -1,10 +1,11 @@
 """Zoology's state size: every mixer of the registry declares the numbers one layer carries
 across positions (Mixer.carried_state) and docs/models.md gives each its row; the declared
 number is what the computation really carries, counted apart from the arrays it forms (the
-keys and values attention's softmax reads, the state of the SSMs' recurrence, of Mamba's scan
-and of the recurrent family's core, S4D's modes), and Zoology's formulas at its shapes; the
-trainer records it in results.json (per layer and total); `eval.py recall` draws MQAR accuracy
-against it, a line per model over its widths, each point its sweep's best-on-validation run."""
+keys and values attention's softmax reads, the state of the SSMs' recurrence, of Mamba's scan,
+S4D's modes; the recurrent family's core: tests/test_recurrent_family.py), and Zoology's
+formulas at its shapes; the trainer records it in results.json (per layer and total); `eval.py
+recall` draws MQAR accuracy against it, a line per model over its widths, each point its
+sweep's best-on-validation run."""
 from __future__ import annotations
 
 import json
@@ -20,10 +21,11 @@ from PIL import Image
 
 from lra import models
 from lra.configs import mqar as mqar_config
-from lra.models import common, mamba, recurrent_mixer, registry, ssm
+from lra.models import common, registry
+from lra.models.blocks import inputs
+from lra.models.mixers import mamba
 from lra.reporting import charts, recall
 from lra.training import run_record, trainer
-from tests import helpers
 from tests.reporting import one_error_line, run_eval
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -124,7 +126,7 @@ def test_attention_carries_the_keys_and_values_a_query_reads(monkeypatch, name, 
                                                              function, settings):
   """The keys and values the softmax is given, per query (block): 2 x keys x qkv_dim."""
   import importlib
-  target = importlib.import_module(f"lra.models.{module}")
+  target = importlib.import_module(f"lra.models.mixers.{module}")
   # Full attention and Linformer: BxMxHxK keys and values; local: BxNxMxHxK per query block.
   seen = _spy(monkeypatch, target, function, lambda q, k, v, *_: _per_sequence(k, v) // (
       k.shape[1] if k.ndim == 5 else 1))
@@ -140,7 +142,7 @@ def test_attention_carries_the_keys_and_values_a_query_reads(monkeypatch, name, 
 ])
 def test_an_ssm_carries_its_recurrence_state(monkeypatch, name, settings):
   """Each pass of the diagonal recurrence carries its complex x_k (N): 2 N numbers."""
-  seen = _spy(monkeypatch, ssm, "diagonal_recurrence", lambda lam, bu, *_: 2 * lam.size)
+  seen = _spy(monkeypatch, inputs, "diagonal_recurrence", lambda lam, bu, *_: 2 * lam.size)
   mixer = registry.make(name, settings)
   _trace(mixer, 8, 12)
   assert len(seen) == 1 + settings["bidirectional"]
@@ -160,18 +162,6 @@ def test_mamba_carries_its_scans_state(monkeypatch, bidirectional):
   counts = seen[0] + seen[1]
   assert len(counts) == 1 + bidirectional
   assert mixer.carried_state(8, 12) == sum(counts) == (1 + bidirectional) * 2 * 8 * 4
-
-
-@pytest.mark.parametrize("name", ["retnet", "gla", "mamba2", "gated_deltanet"])
-def test_the_recurrent_family_carries_its_matrix_state(monkeypatch, name):
-  """The core's state per head is K x V (the queries' and values' head sizes), per pass;
-  the heads are the values' (Mamba-2's queries and keys, C and B, may be shared by a group)."""
-  seen = _spy(monkeypatch, recurrent_mixer, "recurrence",
-              lambda q, k, v, *_: v.shape[2] * q.shape[3] * v.shape[3])
-  mixer = registry.make(name, {**helpers.tiny_settings(name), "bidirectional": True},
-                        num_heads=2, qkv_dim=16)
-  _trace(mixer, 16, 8)
-  assert len(seen) == 2 and mixer.carried_state(16, 8) == sum(seen)
 
 
 def test_s4d_carries_its_modes():

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.synthesizer  # noqa: F401  (registers "synthesizer")
-from lra.models import registry, transformer
-from lra.models.synthesizer import MODES, SynthesizerAttention
+import lra.models.mixers.synthesizer  # noqa: F401  (registers "synthesizer")
+from lra.models import registry
+from lra.models.mixers import transformer
+from lra.models.mixers.synthesizer import MODES, SynthesizerAttention
 from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from lra import models
-import lra.models.transformer_xl  # noqa: F401  (registers "transformer_xl")
+import lra.models.mixers.transformer_xl  # noqa: F401  (registers "transformer_xl")
 from lra.models import registry
 from lra.models.common import MASK_VALUE
 from lra.models.encoder import MLP
-from lra.models.transformer_xl import TransformerXLAttention
+from lra.models.mixers.transformer_xl import TransformerXLAttention
 from lra.rules import SettingError
 from tests import helpers
 from tests.helpers import run_once as _run

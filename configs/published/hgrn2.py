@@ -15,7 +15,7 @@ trainer's default 0, RGB CIFAR with augmentation). The model code is OpenNLPLab/
 release_torch2, which our snapshot lacks, with its hgrn2 experiment files; the release branch at
 dd871ef has HGRN1 in the same framework, read for what follows: its pipelines' AdamW, its HGRN1
 experiments' cosine_warmup scheduler, the model, encoders and decoders) with
-Doraemonzzz/hgru2-pytorch's layer (models/hgrn2.py, variant "lra").
+Doraemonzzz/hgru2-pytorch's layer (models/mixers/hgrn2.py, variant "lra").
 
 The recipe, as that code has it (what each line sets):
 - Blocks: pre-norm residual sub-layers, the HGRN2 layer then a GLU (SequenceModel builds
@@ -63,7 +63,7 @@ Deviations (ours):
 - Padding is masked here; their scans and BatchNorm run over the padding of ListOps, Text and
   Retrieval (only the pool skips it): --config.model.pad_like_authors=True for that function.
 - The lower bound of layer l sums rows 1..l of the softmax (fla's), theirs rows 0..l-1: the
-  same at initialisation (models/hgrn2.py). Epochs become steps with our train splits (Text:
+  same at initialisation (models/mixers/hgrn2.py). Epochs become steps with our train splits (Text:
   22,500, theirs 25,000); tokens enter our N(0, 1) embedding (theirs nn.Embedding, the same).
 """
 from lra.configs.published import S5_PIXELS, pixel_encoder

@@ -11,7 +11,7 @@ Choices:
   has LayerNorm), mean pooling over real tokens, no CLS token, no position embeddings.
 - Mixer: the official defaults (state_size 16, expand 2, conv_kernel 4, dt_rank "auto" =
   ceil(D / 16), dt in [0.001, 0.1]), bidirectional as every S5 LRA run is (the Vision Mamba
-  scheme, models/mamba.py). Path-X starts dt at [0.0001, 0.1], as S5's Path-X run does.
+  scheme, models/mixers/mamba.py). Path-X starts dt at [0.0001, 0.1], as S5's Path-X run does.
 - Sizes: S5's depth per task; the width is the multiple of 8 whose whole classifier
   (embedding, blocks, final norm, head; mlp_dim = emb_dim as for S5) has the parameter count
   nearest to S5's published model's (ListOps: the nearest even width, as no multiple of 8 is
@@ -35,7 +35,8 @@ Choices:
   (head="linear"; Retrieval: S5's Dense-GELU-Dense on the four features, head="gelu_mlp").
   Pixels: S5's linear encoder of normalised intensities (S5_PIXELS), as this is S5's budget
   (Vim embeds patches, which LRA's pixel sequences do not have). The mixer starts as the
-  peers do: out_proj divided by sqrt(num_layers), the backward dt_bias at 0 (models/mamba.py).
+  peers do: out_proj divided by sqrt(num_layers), the backward dt_bias at 0
+  (models/mixers/mamba.py).
 - Training: S5's per task (batch size, epochs, learning rate, weight decay, warmup, cosine
   schedule, Adam b2 0.999 and eps 1e-8, no clipping, dropout). The OPTIMIZER_GROUP (A_log, D,
   dt_bias) gets no weight decay, as the official code marks them (Vim's timm optimizer

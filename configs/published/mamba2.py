@@ -6,7 +6,7 @@ Mamba-2 (Dao & Gu 2024) reports no Long Range Arena results and released no LRA 
   language models have no MLP (d_intermediate 0), the layer's in_proj carrying the expansion.
 - Mixer: the official defaults (state-spaces/mamba Mamba2: d_state 128, expand 2,
   conv_kernel 4, one group of B and C, dt in [0.001, 0.1]) but the head width: head_dim 0,
-  the largest divisor of E = 2 D up to the official 64 (models/mamba2.py), as the official
+  the largest divisor of E = 2 D up to the official 64 (models/mixers/mamba2.py), as the official
   64 would allow only widths in steps of 32, too coarse for parity, and any width (the
   `cpu` option's narrow models, `eval.py speed --emb_dim`) then splits. A head's width only
   sets how many channels share one decay (Mamba-1 gives each channel its own); the state,
@@ -17,7 +17,7 @@ Mamba-2 (Dao & Gu 2024) reports no Long Range Arena results and released no LRA 
 - Optimiser: A_log, D and dt_bias (the official _no_weight_decay) without weight decay, at
   the global rate.
 Deviations: those of recurrent.py; head_dim as above; the bidirectional form is the family's
-shared-parameter average, not Hydra's (models/mamba2.py says how they differ).
+shared-parameter average, not Hydra's (models/mixers/mamba2.py says how they differ).
 """
 from lra.configs.published import recurrent
 

@@ -38,7 +38,7 @@ Deviations (ours):
   Path-X's SyncBatchNorm is the same over one global batch) counts real tokens only.
 - The FFN is the encoder's Dense-GELU-Dropout-Dense (the official: SiLU, and no dropout inside:
   act-dropout 0; here dropout_rate, 0.1 on the language tasks).
-- The key offset mu_k is left out under softmax (it cancels; models/mega.py).
+- The key offset mu_k is left out under softmax (it cancels; models/mixers/mega.py).
 - Tokens enter through our embedding, N(0, 1) (the official: N(0, d^-1/2)); the pixel
   encoder's kernel is lecun normal and its bias 0 (the official: w ~ N(0, 1), b ~ N(0, 0.1)).
 - The head has no dropout between its layers (the official: dropout before the GELU) and its

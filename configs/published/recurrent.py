@@ -20,7 +20,7 @@ Shared choices:
   tests/test_recurrent_recipes.py checks that the counts are the real ones, within 5% of S5's.
 - Blocks: pre-norm residual (x + f(norm(x))), LayerNorm, a final norm, the mixer
   bidirectional (the family's two passes with shared parameters, averaged:
-  models/recurrent_mixer.py). Around the mixer, its authors' block: an MLP sub-layer where
+  models/blocks/recurrent.py). Around the mixer, its authors' block: an MLP sub-layer where
   their models have one (flash-linear-attention's blocks: a SwiGLU of hidden_ratio r, 2/3 r D
   wide, 2 r D^2 parameters; here the encoder's Dense(mlp_dim)-GELU-Dense, r D wide for the
   same count before the parity step above), none where the layer carries its own

@@ -10,7 +10,7 @@ RetNet (Sun et al. 2023) reports no Long Range Arena results and released no LRA
   needs an even key width per head (D / 8). ListOps' step from 32 to 48 moves the count from
   0.54 to 1.20 of S5's, so its MLP comes out at D (ratio 1, not 2); elsewhere 1.6 to 2.7 D.
 Deviations: those of recurrent.py; the retention is rotated but not xPos-scaled (fla's, as
-models/retnet.py says).
+models/mixers/retnet.py says).
 """
 from lra.configs.published import recurrent
 

@@ -36,9 +36,9 @@ def _inputs(dry_run: bool, length: int):
 def _implementations(dry_run: bool) -> dict:
   """name -> f(q, k, v, mask) -> BxLxHxK, the Transformer's implementations of attention."""
   import jax.numpy as jnp
-  from lra.models.chunked_attention import chunked_attention
+  from lra.models.ops.chunked_attention import chunked_attention
   from lra.models.common import softmax_attention
-  from lra.models.transformer import cudnn_attention
+  from lra.models.mixers.transformer import cudnn_attention
   chunk = 32 if dry_run else 256  # several chunks, and a last chunk that is not full
   chunked = lambda q, k, v, m: chunked_attention(q, k, v, m, query_chunk=chunk,
                                                  key_chunk=chunk)

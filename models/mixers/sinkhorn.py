@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from lra import rules as s
-from lra.models.blocked import padded_blocks
+from lra.models.ops.blocked import padded_blocks
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, masked_softmax
 from lra.models.registry import register
 

@@ -6,7 +6,7 @@ Retention per head h, with a fixed decay gamma_h, in its recurrent form (the pap
 and its parallel form o = (q k^T * D) v, D[n, m] = gamma_h^(n - m) for n >= m, else 0.
 gamma_h = 1 - 2^(-5 - h) for h = 0..H-1 (the paper's multi-scale decays; log_decay =
 log(1 - 2^(-5 - h)), shape H). This is the core's fixed scalar decay
-(models/matrix_recurrence.py).
+(models/ops/matrix_recurrence.py).
 
 The layer is flash-linear-attention's MultiScaleRetention (fla/layers/multiscale_retention.py,
 the authors' maintained reference), D = the input width, H = num_heads (the encoder's),
@@ -34,7 +34,7 @@ Norm eps 1e-5 (fla's layer default; fla's RetNet config passes 1e-6).
 Initialisation: fla's (RetNetPreTrainedModel._init_weights): every projection N(0, 0.02), the
 norm's weight 1.
 
-Bidirectional (setting, the core's, models/recurrent_mixer.py): the same q, k, v run from the
+Bidirectional (setting, the core's, models/blocks/recurrent.py): the same q, k, v run from the
 end too, the two retentions averaged before the norm and gate: o = (q k^T * (D + D^T) / 2) v.
 The rotation is by absolute position, so the backward pass reads the same relative angles
 mirrored. The paper and fla are causal only.
@@ -47,52 +47,15 @@ rotation's positions of real tokens do not change). No attention weights and no 
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
+from lra.models.blocks.heads import head_dims, heads_projection
+from lra.models.blocks.norms import GatedOutput
+from lra.models.blocks.recurrent import RecurrentMixer
 from lra.models.common import rotary_embedding
-from lra.models.recurrent_mixer import HeadRMSNorm, RecurrentMixer
 from lra.models.registry import register
-from lra.models.ssm import masked_input
-
-NORM_EPS = 1e-5  # fla's layer default (its model configs pass 1e-6)
-fla_init = nn.initializers.normal(stddev=0.02)  # fla's _init_weights: initializer_range
-
-
-def head_dims(width: int, heads: int, expand_k: float, expand_v: float) -> tuple[int, int]:
-  """(K, V) per head: int(width * expand) channels split over the heads; a setting that
-  leaves no whole head is a one-line SettingError."""
-  sizes = []
-  for name, expand in (("expand_k", expand_k), ("expand_v", expand_v)):
-    channels = int(width * expand)
-    if channels < heads or channels % heads:
-      s.fail(s.attention_key(name), expand,
-             f"int(width {width} * {name}) = {channels} channels must be a positive multiple "
-             f"of config.model.num_heads={heads}")
-    sizes.append(channels // heads)
-  return sizes[0], sizes[1]
-
-
-def heads_projection(heads: int, size: int, dtype: str, name: str, bias: bool = False):
-  """Dense BxLxD -> BxLxHxsize (fla's nn.Linear then split into heads), fla's N(0, 0.02)."""
-  return nn.DenseGeneral((heads, size), use_bias=bias, dtype=dtype, kernel_init=fla_init,
-                         name=name)
-
-
-class GatedOutput(nn.Module):
-  """out = o_proj(RMSNorm(o) * swish(g)) (fla's FusedRMSNormGated and o_proj): o the heads'
-  outputs BxLxHxV (float32), g the gate's projection BxLxHxV. The norm and gate in float32."""
-  width: int
-  dtype: str = "float32"
-
-  @nn.compact
-  def __call__(self, o_BxLxHxV, g_BxLxHxV):
-    y_BxLxHxV = HeadRMSNorm(eps=NORM_EPS, name="norm")(o_BxLxHxV)
-    y_BxLxHxV = y_BxLxHxV * jax.nn.silu(g_BxLxHxV.astype(jnp.float32))
-    return nn.DenseGeneral(self.width, axis=(-2, -1), use_bias=False, dtype=self.dtype,
-                           kernel_init=fla_init, name="o_proj")(y_BxLxHxV.astype(self.dtype))
 
 
 def retnet_log_decay(heads: int):
@@ -108,33 +71,22 @@ class RetNet(RecurrentMixer):
                               "key channels = int(width * expand_k), split over the heads")
   expand_v: float = s.setting(2.0, s.Float(0.0, open="low"),
                               "value channels = int(width * expand_v), split over the heads")
-  num_heads: int = 1  # the encoder's
 
-  def check_settings(self) -> None:
-    super().check_settings()
-    s.check(s.model_key("num_heads"), self.num_heads, s.Int(1))
-
-  def dims(self, width: int) -> tuple[int, int]:
-    """(K, V) per head; K must be even (the rotation turns pairs of channels)."""
+  def head_sizes(self, width: int) -> tuple[int, int, int]:
+    """(H, K, V); K must be even (the rotation turns pairs of channels)."""
     key, value = head_dims(width, self.num_heads, self.expand_k, self.expand_v)
     if key % 2:
       s.fail(s.attention_key("expand_k"), self.expand_k,
              f"an even key width per head (int(width {width} * expand_k) / num_heads = {key}) "
              "for the rotary positions")
-    return key, value
-
-  def carried_state(self, width: int, length: int) -> int:
-    """S (K x V) per head, per direction."""
-    del length  # a fixed-size state
-    key, value = self.dims(width)
-    return self.directions * self.num_heads * key * value
+    return self.num_heads, key, value
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     del deterministic  # no dropout inside
-    width, heads = x_BxLxD.shape[-1], self.num_heads
-    key, value = self.dims(width)
-    x_BxLxD = masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
+    width = x_BxLxD.shape[-1]
+    heads, key, value = self.head_sizes(width)
+    x_BxLxD = self.inputs(x_BxLxD, mask_BxL)
     proj = lambda size, name: heads_projection(heads, size, self.dtype, name)(x_BxLxD)
     q_BxLxHxK = rotary_embedding(proj(key, "q_proj").astype(jnp.float32))
     k_BxLxHxK = rotary_embedding(proj(key, "k_proj").astype(jnp.float32))

@@ -13,7 +13,7 @@ N = d_state and G = groups groups of B and C (the official ngroups):
 A = -exp(A_log) and D are one scalar per head; a head h reads group h // (H / G)'s B and C.
 The norm is the official RMSNormGated with norm_before_gate=False: the gated y is
 normalised over each group's E / G channels (eps 1e-5), times a weight per channel.
-In the core's terms (models/matrix_recurrence.py): q = C, k = B, v = dt x, log_decay = dt A
+In the core's terms (models/ops/matrix_recurrence.py): q = C, k = B, v = dt x, log_decay = dt A
 (a scalar per head and position), the chunked form being SSD's block decomposition.
 
 Initialisation (the official module's defaults):
@@ -60,25 +60,15 @@ import jax
 import jax.numpy as jnp
 
 from lra import rules as s
-from lra.models.mamba import DT_FLOOR, inverse_softplus, torch_default
-from lra.models.recurrent_mixer import RecurrentMixer, ShortConv
+from lra.models.blocks.init import dt_bias_init, torch_default
+from lra.models.blocks.norms import gated_rms_norm
+from lra.models.blocks.recurrent import RecurrentMixer
+from lra.models.blocks.short_conv import ShortConv
 from lra.models.registry import register
-from lra.models.ssm import log_uniform, masked_input
 
 A_INIT_RANGE = (1.0, 16.0)  # the official A_init_range: A uniform in it per head
 NORM_EPS = 1e-5  # the official RMSNormGated's eps
 AUTO_HEAD = 64  # head_dim 0: the largest divisor of E up to this (the official headdim)
-
-
-def gated_group_rms_norm(y_BxLxE, z_BxLxE, weight_E, groups: int):
-  """RMSNorm(y * SiLU(z)) over each of `groups` equal parts of the channels, times a weight
-  per channel (RMSNormGated, norm_before_gate=False, group_size E / groups). Float32."""
-  g_BxLxE = y_BxLxE * jax.nn.silu(z_BxLxE.astype(jnp.float32))
-  shape = g_BxLxE.shape
-  g_BxLxGxF = g_BxLxE.reshape(shape[:2] + (groups, shape[-1] // groups))
-  g_BxLxGxF = g_BxLxGxF * jax.lax.rsqrt(
-      jnp.mean(g_BxLxGxF * g_BxLxGxF, axis=-1, keepdims=True) + NORM_EPS)
-  return g_BxLxGxF.reshape(shape) * weight_E[None, None]
 
 
 @register("mamba2")
@@ -122,21 +112,17 @@ class Mamba2(RecurrentMixer):
              f"a divisor of the number of heads expand x width / head_dim = {heads}")
     return inner, heads
 
-  def carried_state(self, width: int, length: int) -> int:
-    """S (N x P) per head, per direction: H P N = E N (the conv's window not counted)."""
-    del length  # a fixed-size state
-    return self.directions * self.expand * width * self.d_state
+  def head_sizes(self, width: int) -> tuple[int, int, int]:
+    """(H, N, P): S is N x P per head, H P N = E N in all (head_dim sets the heads)."""
+    inner, heads = self.check_width(width)
+    return heads, self.d_state, inner // heads
 
   def _ssd_parameters(self, heads: int):
     """(dt_bias, A_log, D), one of each per head, at the official initialisation."""
-    def init_dt_bias(key, shape):
-      dt_H = jnp.exp(log_uniform(self.dt_min, self.dt_max)(key, shape))
-      return inverse_softplus(jnp.maximum(dt_H, DT_FLOOR))
-
     def init_A_log(key, shape):
       return jnp.log(jax.random.uniform(key, shape, jnp.float32, *A_INIT_RANGE))
 
-    return (self.param("dt_bias", init_dt_bias, (heads,)),
+    return (self.param("dt_bias", dt_bias_init(self.dt_min, self.dt_max), (heads,)),
             self.param("A_log", init_A_log, (heads,)),
             self.param("D", nn.initializers.ones, (heads,)))
 
@@ -146,7 +132,7 @@ class Mamba2(RecurrentMixer):
     (batch, length, width), f32 = x_BxLxD.shape, lambda a: a.astype(jnp.float32)
     inner, heads = self.check_width(width)
     n, g, p = self.d_state, self.groups, inner // heads
-    h_BxLxD = masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
+    h_BxLxD = self.inputs(x_BxLxD, mask_BxL)
     proj = nn.Dense(2 * inner + 2 * g * n + heads, use_bias=False, dtype=self.dtype,
                     kernel_init=torch_default, name="in_proj")(h_BxLxD)
     z_BxLxE, xBC_BxLxF, dt_BxLxH = jnp.split(proj, [inner, 2 * inner + 2 * g * n], axis=-1)
@@ -162,8 +148,11 @@ class Mamba2(RecurrentMixer):
                          x_BxLxHxP * dt_BxLxH[..., None], mask_BxL,
                          log_decay=-jnp.exp(A_log_H)[None, None] * dt_BxLxH)
     y_BxLxHxP = y_BxLxHxP + D_H[None, None, :, None] * x_BxLxHxP
+    # RMSNorm(y * SiLU(z)) over each group's E / G channels, a weight per channel (the
+    # official RMSNormGated, norm_before_gate=False).
     norm_E = self.param("norm", nn.initializers.ones, (inner,))
-    y_BxLxE = gated_group_rms_norm(y_BxLxHxP.reshape(batch, length, inner), z_BxLxE, norm_E, g)
+    y_BxLxE = gated_rms_norm(y_BxLxHxP.reshape(batch, length, inner), norm_E, z_BxLxE,
+                             groups=g, eps=NORM_EPS, norm_before_gate=False)
     out_init = nn.initializers.variance_scaling(1 / (3 * self.num_layers), "fan_in", "uniform")
     return nn.Dense(width, use_bias=False, dtype=self.dtype, kernel_init=out_init,
                     name="out_proj")(y_BxLxE.astype(self.dtype))

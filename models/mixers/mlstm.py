@@ -8,7 +8,7 @@ The cell (the paper's eqs. 19-27, stabilised as in its appendix), per head, q, k
     h_t = C_t^T q_t / max(|n_t . q_t|, exp(-m_t))
 with log f_t = logsigmoid(fgate preact) and i_t the igate pre-activation (exp(i_t) the input
 gate), one scalar of each per head and position. This is the core's scalar decay with an
-exponential write gate (models/matrix_recurrence.py): log_decay = logsigmoid(fgate),
+exponential write gate (models/ops/matrix_recurrence.py): log_decay = logsigmoid(fgate),
 log_write = igate; v gets an extra all-ones column, whose output is n_t . q_t; the core
 returns both scaled by exp(-m_t), and h = o / (max(|den|, exp(-m)) + eps) in the `finish`
 callback, where the scale cancels: the result does not depend on which stabiliser is used
@@ -46,9 +46,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
-from lra.models.recurrent_mixer import RecurrentMixer, ShortConv
+from lra.models.blocks.recurrent import RecurrentMixer
+from lra.models.blocks.short_conv import ShortConv
 from lra.models.registry import register
-from lra.models.ssm import masked_input
 
 EPS = 1e-6  # xLSTM's eps on the normaliser
 NORM_EPS = 1e-5  # xLSTM's MultiHeadLayerNorm (a group norm, one group per head)
@@ -103,12 +103,7 @@ class MLSTM(RecurrentMixer):
   conv_kernel: int = s.setting(4, s.Int(1), "the causal depthwise conv's kernel (xLSTM's 4)")
   qkv_blocksize: int = s.setting(4, s.Int(1), "block size of the block-diagonal q, k, v "
                                  "projections (xLSTM's qkv_proj_blocksize)")
-  num_heads: int = 1  # the encoder's
   num_layers: int = 1  # the encoder's depth: proj_down's Wang init
-
-  def check_settings(self) -> None:
-    super().check_settings()
-    s.check(s.model_key("num_heads"), self.num_heads, s.Int(1))
 
   def check_width(self, width: int) -> int:
     """E for a D = `width` input, or a one-line SettingError when E does not split."""
@@ -119,21 +114,25 @@ class MLSTM(RecurrentMixer):
         s.fail(key, value, f"a divisor of the inner width proj_factor x width = {inner}")
     return inner
 
+  def head_sizes(self, width: int) -> tuple[int, int, int]:
+    """(H, K, K + 1): the state's values are v and the ones column whose output is n . q."""
+    key = self.check_width(width) // self.num_heads
+    return self.num_heads, key, key + 1
+
   def carried_state(self, width: int, length: int) -> int:
-    """C (K x K), n (K) and m (1) per head, per direction (the conv's window not counted)."""
-    del length  # a fixed-size state
-    key = self.proj_factor * width // self.num_heads
-    return self.directions * self.num_heads * (key * key + key + 1)
+    """C (K x K) and n (K) per head, the core's K x (K + 1) state, and m (1), per direction
+    (the conv's window not counted)."""
+    return super().carried_state(width, length) + self.directions * self.num_heads
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     del deterministic  # no dropout inside
     width = x_BxLxD.shape[-1]
-    inner, heads = self.check_width(width), self.num_heads
-    key = inner // heads
+    heads, key, _ = self.head_sizes(width)
+    inner = heads * key
     f32 = lambda a: a.astype(jnp.float32)
     small = normal(np.sqrt(2 / (5 * width)))
-    h_BxLxD = masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
+    h_BxLxD = self.inputs(x_BxLxD, mask_BxL)
     up_BxLx2E = nn.Dense(2 * inner, use_bias=False, dtype=self.dtype, kernel_init=small,
                          name="proj_up")(h_BxLxD)
     x_BxLxE, z_BxLxE = jnp.split(up_BxLx2E, 2, axis=-1)

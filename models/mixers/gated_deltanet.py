@@ -6,7 +6,7 @@ The recurrence, per head, with S the K x V state and alpha_t in (0, 1) a scalar 
     o_t = S_t^T q_t
 The decay erases the whole memory quickly when needed (gating), the delta rule replaces one
 key's value precisely. The core's delta form with a scalar decay per position and head
-(models/matrix_recurrence.py: the UT chunked form, with exp of differences of cumulative log
+(models/ops/matrix_recurrence.py: the UT chunked form, with exp of differences of cumulative log
 decays inside a chunk, and the step-by-step recurrence as its reference).
 
 The layer is flash-linear-attention's GatedDeltaNet (fla/layers/gated_deltanet.py, the
@@ -25,12 +25,13 @@ width, H = num_heads (the encoder's), K = D / H and V = expand_v K per head:
                                                       (one weight of V, eps 1e-5), g_proj
                                                       D -> H V; use_gate False: no gate
 o_proj: H V -> D, no bias. Everything but the decay (A_log, dt_bias, a_proj), expand_v and
-the gate's default is DeltaNet's (models/deltanet.py, whose base class this shares).
+the gate's default is DeltaNet's (models/mixers/deltanet.py; their base class,
+DeltaRuleMixer, is models/blocks/delta_rule.py).
 
 Initialisation (the layer's): A uniform in (0, 16) per head, A_log = log A; dt log-uniform in
 [0.001, 0.1] (floored at 1e-4), dt_bias = softplus^-1(dt) (Mamba's); projections and convs
 PyTorch's defaults (uniform in +-1/sqrt(fan_in)), norm weight 1. fla's language models redraw
-the linear and conv weights from N(0, 0.02): not taken here (see models/deltanet.py).
+the linear and conv weights from N(0, 0.02): not taken here (see models/mixers/deltanet.py).
 
 Deviations: the heads come from the encoder's num_heads with K = D / H, not fla's head_dim
 setting (256, with num_heads 6, independent of the width: fla advises H K = 0.75 D); expand_v
@@ -38,7 +39,7 @@ is an integer here (fla takes any float that gives whole channels); grouped valu
 (num_v_heads > num_heads) and conv bias are not built.
 
 Bidirectional (setting): the core's two passes with the same q, k, v, beta and decay (the
-short convolutions stay causal), averaged before the norm (models/recurrent_mixer.py). fla is
+short convolutions stay causal), averaged before the norm (models/blocks/recurrent.py). fla is
 causal only.
 
 Optimiser: A_log and dt_bias are OPTIMIZER_GROUP: no weight decay (fla marks both
@@ -53,10 +54,9 @@ import jax
 import jax.numpy as jnp
 
 from lra import rules as s
-from lra.models.deltanet import DeltaRuleMixer
-from lra.models.mamba import DT_FLOOR, inverse_softplus
+from lra.models.blocks.delta_rule import DeltaRuleMixer
+from lra.models.blocks.init import dt_bias_init
 from lra.models.registry import register
-from lra.models.ssm import log_uniform, masked_input
 
 A_MAX = 16.0  # A uniform in (0, A_MAX) per head (fla's layer)
 DT_RANGE = (0.001, 0.1)  # dt log-uniform in it at init (fla's layer: "hard coded for now")
@@ -65,12 +65,6 @@ DT_RANGE = (0.001, 0.1)  # dt log-uniform in it at init (fla's layer: "hard code
 def init_A_log(key, shape, dtype=jnp.float32):
   """log A, A uniform in (0, A_MAX]: A_MAX (1 - u), u in [0, 1), is never 0."""
   return jnp.log(A_MAX * (1.0 - jax.random.uniform(key, shape, dtype)))
-
-
-def init_dt_bias(key, shape, dtype=jnp.float32):
-  """softplus^-1(dt), dt log-uniform in DT_RANGE, floored at DT_FLOOR (Mamba's dt init)."""
-  dt = jnp.maximum(jnp.exp(log_uniform(*DT_RANGE)(key, shape)), DT_FLOOR)
-  return inverse_softplus(dt).astype(dtype)
 
 
 @register("gated_deltanet")
@@ -95,7 +89,7 @@ class GatedDeltaNet(DeltaRuleMixer):
     """log alpha_BxLxH = -exp(A_log) softplus(a_proj(x) + dt_bias), float32."""
     heads = self.num_heads
     A_log_H = self.param("A_log", init_A_log, (heads,))
-    dt_bias_H = self.param("dt_bias", init_dt_bias, (heads,))
+    dt_bias_H = self.param("dt_bias", dt_bias_init(*DT_RANGE), (heads,))
     a_BxLxH = self.dense(heads, "a_proj")(h_BxLxD).astype(jnp.float32)
     return -jnp.exp(A_log_H)[None, None] * jax.nn.softplus(a_BxLxH + dt_bias_H[None, None])
 
@@ -103,8 +97,8 @@ class GatedDeltaNet(DeltaRuleMixer):
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     del deterministic  # no dropout inside
     width = x_BxLxD.shape[-1]
-    key, value = self.head_dims(width)
-    h_BxLxD = masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
+    _, key, value = self.head_sizes(width)
+    h_BxLxD = self.inputs(x_BxLxD, mask_BxL)
     q_BxLxHxK, k_BxLxHxK, v_BxLxHxV = self.heads_qkv(h_BxLxD, mask_BxL, key, value)
     o_BxLxHxV = self.run(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL,
                          beta=self.beta(h_BxLxD), log_decay=self.log_decay(h_BxLxD))

@@ -16,13 +16,15 @@ B and C. The discretisation is Mamba's: zero-order hold for A (A_bar = exp(dt A)
 Euler simplification B_bar = dt B for B. The recurrence is selective (dt, B, C depend on the
 position's input), so it is not a convolution.
 
-The scan (setting `scan`, models/selective_scan.py): "chunked", the default, runs the
-recurrence by chunks of `chunk_size` positions, all chunks at once, with the state passed
-between chunks by a scan over them (and the adjoint likewise in a custom VJP): no
-batch x L x E x N array in a train step, and about 2 x chunk + L / chunk sequential steps
-instead of L. "associative" (the reference, the same function) runs jax.lax.associative_scan
-over the whole sequence: O(log L) depth, but batch x L x E x N float32 states at every level
-(the official CUDA kernel keeps the state on chip; that fused kernel is not reproduced here).
+The form (setting `form`, the recurrent family's name; models/ops/selective_scan.py):
+"chunked", the default, runs the recurrence by chunks of `chunk_size` positions, all chunks at
+once, with the state passed between chunks by a scan over them (and the adjoint likewise in a
+custom VJP): no batch x L x E x N array in a train step, and about 2 x chunk + L / chunk
+sequential steps instead of L. "associative" (the reference, the same function; where the
+family's reference is "recurrent", a step loop) runs jax.lax.associative_scan over the whole
+sequence: O(log L) depth, but batch x L x E x N float32 states at every level (the official
+CUDA kernel keeps the state on chip; that fused kernel is not reproduced here). The setting
+was called `scan`; a config that sets it is refused with a line naming `form`.
 
 Initialisation (the official module's defaults):
   - A: S4D-real, A[e, n] = -(n + 1) for every channel, stored as A_log = log(n + 1)
@@ -76,20 +78,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
+from lra.models.blocks.init import dt_bias_init, symmetric_uniform, torch_default
+from lra.models.blocks.inputs import masked_input
+from lra.models.blocks.ssm import SSMMixer
+from lra.models.ops.convolution import causal_depthwise_conv
+from lra.models.ops.selective_scan import chunked_selective_scan, selective_scan
 from lra.models.registry import register
-from lra.models.selective_scan import chunked_selective_scan, selective_scan
-from lra.models.ssm import SSMMixer, log_uniform, masked_input
 
-DT_FLOOR = 1e-4  # the official dt_init_floor: dt at init is at least this
-# PyTorch's default nn.Linear / nn.Conv1d initialisation (the official module keeps it for
-# in_proj, x_proj, out_proj and the conv): uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)].
-torch_default = nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform")
-
-
-def symmetric_uniform(bound: float):
-  """Initialiser: uniform in [-bound, bound]."""
-  return lambda key, shape, dtype=jnp.float32: jax.random.uniform(key, shape, dtype, -bound,
-                                                                 bound)
+FORMS = ("chunked", "associative")  # how the selective scan runs (models/ops/selective_scan.py)
 
 
 class DtRank:
@@ -110,26 +106,10 @@ def rank_of(dt_rank, width: int) -> int:
   return math.ceil(width / 16) if dt_rank == "auto" else int(dt_rank)
 
 
-def inverse_softplus(y):
-  """x with softplus(x) = y (y > 0): y + log(1 - exp(-y)), with expm1 for small y."""
-  return y + jnp.log(-jnp.expm1(-y))
-
-
-def causal_depthwise_conv(x_BxLxE, w_KxE, b_E):
-  """y[t] = b + sum_k w[k] x[t - (K - 1) + k] per channel, zeros before the start: the
-  official conv1d (padding K - 1, output cut to L) as K shifted products (K is small)."""
-  kernel, length = w_KxE.shape[0], x_BxLxE.shape[1]
-  x_BxPxE = jnp.pad(x_BxLxE, ((0, 0), (kernel - 1, 0), (0, 0)))
-  y_BxLxE = jnp.broadcast_to(b_E[None, None, :], x_BxLxE.shape)
-  for k in range(kernel):
-    y_BxLxE = y_BxLxE + w_KxE[k][None, None, :] * x_BxPxE[:, k:k + length]
-  return y_BxLxE
-
-
 class Direction(nn.Module):
   """One direction of the block, causal over L: conv, SiLU, dt / B / C from the input, the
   selective scan and the D skip. x_BxLxE: the x branch (zero at padded positions); returns
-  y_BxLxE in float32, before the gate. scan "chunked": the recurrence by chunks
+  y_BxLxE in float32, before the gate. form "chunked": the recurrence by chunks
   (chunked_selective_scan); "associative": the whole sequence at once (selective_scan), the
   reference."""
   state_size: int
@@ -139,7 +119,7 @@ class Direction(nn.Module):
   dt_max: float
   dtype: str
   dt_init: bool = True  # False: dt_bias starts at 0 (Vim's backward direction)
-  scan: str = "chunked"
+  form: str = "chunked"
   chunk_size: int = 32
 
   @nn.compact
@@ -149,12 +129,8 @@ class Direction(nn.Module):
     w_KxE = self.param("conv_weight", conv_init, (self.conv_kernel, inner))
     b_E = self.param("conv_bias", conv_init, (inner,))
 
-    def init_dt_bias(key, shape):
-      if not self.dt_init:
-        return jnp.zeros(shape, jnp.float32)
-      dt_E = jnp.maximum(jnp.exp(log_uniform(self.dt_min, self.dt_max)(key, shape)), DT_FLOOR)
-      return inverse_softplus(dt_E)
-
+    init_dt_bias = dt_bias_init(self.dt_min, self.dt_max) if self.dt_init else \
+        nn.initializers.zeros
     dt_bias_E = self.param("dt_bias", init_dt_bias, (inner,))
     A_log_ExN = self.param("A_log", lambda _, shape: jnp.broadcast_to(
         jnp.log(jnp.arange(1, n + 1, dtype=jnp.float32)), shape), (inner, n))
@@ -172,7 +148,7 @@ class Direction(nn.Module):
     dt_BxLxE = jax.nn.softplus(dt_proj(low_BxLxR).astype(jnp.float32) + dt_bias_E[None, None])
     dt_BxLxE = jnp.where(keep_BxLx1, dt_BxLxE, 0.0)  # a padded step is the identity
     A_ExN = -jnp.exp(A_log_ExN)
-    if self.scan == "associative":
+    if self.form == "associative":
       return selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E)
     return chunked_selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E,
                                   self.chunk_size)
@@ -194,10 +170,11 @@ class Mamba(SSMMixer):
                             "the upper end of dt's initial range (see dt_min)")
   bidirectional: bool = s.setting(False, s.Bool(),
                                   "add a backward scan with its own parameters (averaged)")
-  # How the selective scan runs: "chunked" (chunks of chunk_size positions, no
-  # batch x L x E x N array) or "associative" (jax.lax.associative_scan over the whole
-  # sequence, which holds batch x L x E x N states: the reference). The same function.
-  scan: str = s.setting("chunked", s.Choice(("chunked", "associative")),
+  # How the selective scan runs (the recurrent family's `form`): "chunked" (chunks of
+  # chunk_size positions, no batch x L x E x N array) or "associative" (one
+  # jax.lax.associative_scan over the whole sequence, which holds batch x L x E x N states:
+  # the reference). The same function.
+  form: str = s.setting("chunked", s.Choice(FORMS),
                         '"chunked" (chunk by chunk) or "associative" (the reference), see above')
   chunk_size: int = s.setting(32, s.Int(1),
                               "positions per chunk of the chunked scan (docs/results.md: its "
@@ -207,6 +184,8 @@ class Mamba(SSMMixer):
   # Leaf names trained with config.ssm_learning_rate and no weight decay
   # (lra/training/optim.py).
   OPTIMIZER_GROUP = ("A_log", "D", "dt_bias")
+  # `scan` is the family's `form` (one name for one idea): the old name is refused.
+  RENAMED_SETTINGS = {"scan": "form"}
   # No attention weights, and the official block has no dropout inside.
   ATTENTION_DROPOUT = False
   # The encoder adds no absolute positions (the conv and the recurrence encode order) and
@@ -221,7 +200,7 @@ class Mamba(SSMMixer):
   def _direction(self, width: int, name: str) -> Direction:
     return Direction(self.state_size, self.conv_kernel, rank_of(self.dt_rank, width),
                      self.dt_min, self.dt_max, self.dtype, dt_init=name == "forward",
-                     scan=self.scan, chunk_size=self.chunk_size, name=name)
+                     form=self.form, chunk_size=self.chunk_size, name=name)
 
   def carried_state(self, width: int, length: int) -> int:
     """N states per inner channel, per direction: expand x width x N x directions (the conv's

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from lra import rules as s
-from lra.models.chunked_attention import chunked_attention
+from lra.models.ops.chunked_attention import chunked_attention
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
 from lra.models.registry import register
 
@@ -63,7 +63,7 @@ class FullAttention(HeadsMixer):
   `implementation` picks how the same attention is computed; the parameters are the same in
   all, so a checkpoint trained with one runs with any other:
     "dense": the LxL logits at once (softmax_attention).
-    "chunked": exact, memory O(L) (Rabe and Staats 2021; models/chunked_attention.py), chunks
+    "chunked": exact, memory O(L) (Rabe and Staats 2021; models/ops/chunked_attention.py), chunks
       of query_chunk queries by key_chunk keys. Attention dropout draws its mask per chunk,
       so with dropout it is the same distribution but not the same mask as "dense".
     "cudnn": cuDNN's fused kernel through jax.nn.dot_product_attention: GPU only, bfloat16 or

@@ -1,7 +1,7 @@
-"""What the recurrent family's mixers share (Mamba-2, RetNet, GLA, HGRN2, DeltaNet, Gated
-DeltaNet, mLSTM): the base class with the settings of the core (models/matrix_recurrence.py:
-its form and chunk size) and of the direction, the short causal convolution and the RMS norm
-over each head's channels.
+"""The base class of the recurrent family (Mamba-2, RetNet, GLA, HGRN2, DeltaNet, Gated
+DeltaNet, mLSTM): the settings of the core (models/ops/matrix_recurrence.py: its form and chunk
+size) and of the direction, and what every member has the same way: the heads (the encoder's
+num_heads, checked), the state count from each mixer's head sizes, and the input setup.
 
 Bidirectional (LRA's tasks are non-causal): the core runs over the sequence and over the
 reversed sequence with the same queries, keys, values and gates, and the two outputs are
@@ -22,12 +22,11 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from lra import rules as s
+from lra.models.blocks.inputs import masked_input
 from lra.models.common import Mixer
-from lra.models.mamba import causal_depthwise_conv, symmetric_uniform
-from lra.models.matrix_recurrence import FORMS, recurrence
+from lra.models.ops.matrix_recurrence import FORMS, recurrence
 
 
 COMBINES = ("mean", "gated")  # how the two passes of a bidirectional mixer are combined
@@ -46,6 +45,7 @@ class RecurrentMixer(Mixer):
                            'how the bidirectional passes combine: "mean" (averaged) or '
                            '"gated" (each pass weighted by its own learned sigmoid gate of the '
                            "query, per head and position)")
+  num_heads: int = 1  # the encoder's (Mamba-2 reads its heads from head_dim instead)
 
   # No L x L array (the chunks are chunk_size wide), no attention weights to drop.
   SUBQUADRATIC = True
@@ -57,6 +57,7 @@ class RecurrentMixer(Mixer):
 
   def check_settings(self) -> None:
     super().check_settings()
+    s.check(s.model_key("num_heads"), self.num_heads, s.Int(1))
     if self.combine != "mean" and not self.bidirectional:
       s.fail(s.attention_key("combine"), self.combine,
              "'mean' unless config.model.attention.bidirectional=True (one pass has nothing "
@@ -70,6 +71,22 @@ class RecurrentMixer(Mixer):
   def causal_reading(self) -> str | None:
     # One pass: the core and the short convolutions all read causally.
     return None if self.bidirectional else f"{s.attention_key('bidirectional')}=False"
+
+  def head_sizes(self, width: int) -> tuple[int, int, int]:
+    """(H, K, V): the heads of the core and each head's key and value widths (the state S is
+    K x V) for a D = `width` input; a width that does not split is a one-line SettingError.
+    Each mixer declares its own."""
+    raise NotImplementedError(f"{type(self).__name__} declares no head_sizes(width)")
+
+  def carried_state(self, width: int, length: int) -> int:
+    """S (K x V) per head, per direction (short convolutions' windows not counted)."""
+    del length  # a fixed-size state
+    heads, key, value = self.head_sizes(width)
+    return self.directions * heads * key * value
+
+  def inputs(self, x_BxLxD, mask_BxL):
+    """The mixer's input: zero at padded positions, in the compute dtype."""
+    return masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
 
   def run(self, q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, finish=None, **gates):
     """The core forward (and backward when bidirectional, averaged); finish(o, m) turns each
@@ -94,39 +111,3 @@ class RecurrentMixer(Mixer):
                       + b_2xH.T[None, None])
     gate_BxLxHx2 = 2 * jax.nn.sigmoid(logits_BxLxHx2)  # 1 each at init: the mean's 1/2 below
     return 0.5 * (gate_BxLxHx2[..., 0, None] * y + gate_BxLxHx2[..., 1, None] * direction(True))
-
-
-class ShortConv(nn.Module):
-  """The short depthwise causal convolution the family puts before its recurrences (kernel
-  `kernel`, over each of the input's channels), optionally followed by SiLU. The input is
-  zeroed at padded positions first: a padded position reads as the zeros past either end."""
-  kernel: int = 4
-  bias: bool = False
-  activation: bool = True
-
-  @nn.compact
-  def __call__(self, x_BxLxC, mask_BxL):
-    channels = x_BxLxC.shape[-1]
-    init = symmetric_uniform(1 / np.sqrt(self.kernel))  # PyTorch's Conv1d: fan_in = kernel
-    w_KxC = self.param("weight", init, (self.kernel, channels))
-    b_C = self.param("bias", init, (channels,)) if self.bias else jnp.zeros((channels,))
-    x = jnp.where(mask_BxL[..., None], x_BxLxC.astype(jnp.float32), 0.0)
-    y = causal_depthwise_conv(x, w_KxC, b_C)
-    return jax.nn.silu(y) if self.activation else y
-
-
-class HeadRMSNorm(nn.Module):
-  """RMS norm over each head's last axis, one learned weight per channel shared by the heads
-  (fla's RMSNorm over head_v_dim, Mamba-2's over the whole inner width when `per_head` is
-  False). In float32."""
-  eps: float = 1e-5
-  per_head: bool = True
-
-  @nn.compact
-  def __call__(self, y_BxLxHxV):
-    y = y_BxLxHxV.astype(jnp.float32)
-    shape = y.shape[-1:] if self.per_head else y.shape[-2:]
-    axes = (-1,) if self.per_head else (-2, -1)
-    weight = self.param("scale", nn.initializers.ones, shape)
-    y = y * jax.lax.rsqrt(jnp.mean(y * y, axis=axes, keepdims=True) + self.eps)
-    return y * weight.reshape((1,) * (y.ndim - weight.ndim) + weight.shape)

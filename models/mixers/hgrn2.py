@@ -7,7 +7,7 @@ The paper's recurrence, per head, with f_t in (0, 1)^K the forget gate:
 The input gate is tied to the forget gate (k = 1 - f), so the forget gate costs no extra
 parameters, and f is bounded below by a per-layer lower bound lb:
     f_t = lb + (1 - lb) sigmoid(f_proj(x_t)),  log_decay = log f_t per key channel.
-This is the core's vector decay (models/matrix_recurrence.py, GLA's form).
+This is the core's vector decay (models/ops/matrix_recurrence.py, GLA's form).
 
 The layer is flash-linear-attention's HGRN2Attention (fla/layers/hgrn2.py, the
 implementation the authors' README points to; `variant` "fla", the default), D = the input
@@ -58,10 +58,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
-from lra.models.mamba import symmetric_uniform, torch_default
-from lra.models.recurrent_mixer import HeadRMSNorm, RecurrentMixer
+from lra.models.blocks.init import symmetric_uniform, torch_default
+from lra.models.blocks.norms import HeadRMSNorm
+from lra.models.blocks.recurrent import RecurrentMixer
 from lra.models.registry import register
-from lra.models.ssm import masked_input
 
 VARIANTS = ("fla", "lra")
 LOWER_BOUNDS = ("learned", "fixed", "none")
@@ -89,7 +89,6 @@ class HGRN2(RecurrentMixer):
                                "softmax over the layers), fixed (l / num_layers) or none")
   variant: str = s.setting("fla", s.Choice(VARIANTS),
                            "fla (fla's HGRN2Attention) or lra (the authors' LRA layer)")
-  num_heads: int = 1  # the encoder's
   qkv_dim: int = 1  # the encoder's: V = qkv_dim / num_heads values per head
   layer_index: int = 0  # the encoder's: this block's depth (its lower bound)
   num_layers: int = 1  # the encoder's depth
@@ -104,21 +103,15 @@ class HGRN2(RecurrentMixer):
 
   def check_settings(self) -> None:
     super().check_settings()
-    s.check(s.model_key("num_heads"), self.num_heads, s.Int(1))
     if self.qkv_dim % self.num_heads:
       s.fail(s.model_key("qkv_dim"), self.qkv_dim,
              f"a multiple of config.model.num_heads={self.num_heads}")
 
-  def head_sizes(self) -> tuple[int, int, int]:
-    """(H, K, V)."""
+  def head_sizes(self, width: int) -> tuple[int, int, int]:
+    """(H, K, V) from qkv_dim and expand_ratio (whatever the width)."""
+    del width
     value = self.qkv_dim // self.num_heads
     return self.num_heads, self.expand_ratio or value, value
-
-  def carried_state(self, width: int, length: int) -> int:
-    """S (K x V) per head, per direction (from qkv_dim and expand_ratio)."""
-    del width, length
-    heads, key, value = self.head_sizes()
-    return self.directions * heads * key * value
 
   def _bound(self, features: int):
     """This layer's lower bound (F,), or None (layer 0 and "none": no bound)."""
@@ -146,7 +139,7 @@ class HGRN2(RecurrentMixer):
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     del deterministic  # no dropout inside
     width = x_BxLxD.shape[-1]
-    heads, key, value = self.head_sizes()
+    heads, key, value = self.head_sizes(width)
     lra = self.variant == "lra"
     f32 = lambda a: a.astype(jnp.float32)
 
@@ -155,7 +148,7 @@ class HGRN2(RecurrentMixer):
                              kernel_init=torch_default,
                              bias_init=symmetric_uniform(1 / np.sqrt(width)))
 
-    x_BxLxD = masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
+    x_BxLxD = self.inputs(x_BxLxD, mask_BxL)
     q_BxLxHxK = f32(dense((heads, key), "q_proj")(x_BxLxD))
     f_BxLxHxK = f32(dense((heads, key), "f_proj")(x_BxLxD))
     v_BxLxHxV = f32(dense((heads, value), "i_proj")(x_BxLxD))

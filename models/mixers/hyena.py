@@ -67,10 +67,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
+from lra.models.blocks.init import symmetric_uniform
 from lra.models.common import Mixer
-from lra.models.mamba import causal_depthwise_conv, symmetric_uniform
+from lra.models.ops.convolution import causal_depthwise_conv, fft_convolve
 from lra.models.registry import register
-from lra.models.s4d import fft_convolve
 
 INIT_STD = 0.02  # Zoology's initializer_range
 DECAY_TARGET, FAST_DECAY, SLOW_DECAY = 1e-2, 0.3, 1.5  # ExponentialModulation's defaults

@@ -46,8 +46,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
+from lra.models.blocks.init import log_uniform
+from lra.models.blocks.inputs import as_complex, masked_input
+from lra.models.blocks.ssm import SSMMixer
+from lra.models.ops.convolution import fft_convolve
 from lra.models.registry import register
-from lra.models.ssm import SSMMixer, as_complex, log_uniform, masked_input
 
 INITS = ("lin", "inv")
 
@@ -79,21 +82,6 @@ def ssm_kernel(log_dt_D, log_A_re_DxN, A_im_DxN, B_DxNx2, C_KxDxNx2, length: int
   position_1x1xL = jnp.arange(length, dtype=jnp.float32)[None, None]
   vandermonde_DxNxL = jnp.exp(dtA_DxN[..., None] * position_1x1xL)
   return 2 * jnp.einsum("kdn,dnl->kld", cdB_KxDxN, vandermonde_DxNxL).real
-
-
-def fft_convolve(u_BxLxD, forward_LxD, backward_LxD=None):
-  """y[t] = sum_{s<=t} forward[t-s] u[s] (+ sum_{s>t} backward[s-t-1] u[s]) by FFT.
-
-  Over 2L points, so the causal part never wraps around; the backward kernel sits reversed
-  in the upper half, where (t - s) mod 2L lands for s > t.
-  """
-  length = u_BxLxD.shape[1]
-  kernel_KxD = forward_LxD
-  if backward_LxD is not None:
-    kernel_KxD = jnp.concatenate([forward_LxD, backward_LxD[::-1]], axis=0)  # K = 2L
-  u_FxD = jnp.fft.rfft(u_BxLxD, n=2 * length, axis=1)  # F = L + 1 frequencies
-  k_FxD = jnp.fft.rfft(kernel_KxD, n=2 * length, axis=0)
-  return jnp.fft.irfft(u_FxD * k_FxD[None], n=2 * length, axis=1)[:, :length]
 
 
 @register("s4d")

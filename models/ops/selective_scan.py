@@ -33,21 +33,16 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from lra.models.ops.diagonal_recurrence import compose
+
 GROUP = 512  # positions per group in the backward pass: the states it keeps at a time
-
-
-def _compose(earlier, later):
-  """Two steps s -> a s + b, the earlier applied first."""
-  a_i, b_i = earlier
-  a_j, b_j = later
-  return a_j * a_i, a_j * b_i + b_j
 
 
 def selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E):
   """The reference: every state at once by an associative scan over L; float32."""
   a_BxLxExN = jnp.exp(dt_BxLxE[..., None] * A_ExN[None, None])
   b_BxLxExN = (dt_BxLxE * u_BxLxE)[..., None] * B_BxLxN[:, :, None, :]
-  _, s_BxLxExN = jax.lax.associative_scan(_compose, (a_BxLxExN, b_BxLxExN), axis=1)
+  _, s_BxLxExN = jax.lax.associative_scan(compose, (a_BxLxExN, b_BxLxExN), axis=1)
   return jnp.einsum("blen,bln->ble", s_BxLxExN, C_BxLxN) + D_E[None, None] * u_BxLxE
 
 
@@ -100,7 +95,7 @@ def _chunk_starts(u, dt, B, A_NxE):
   shape = u.shape[1:3] + A_NxE.shape
   ends, _ = jax.lax.scan(step, jnp.zeros(shape, jnp.float32), (u, dt, B))
   decays = _decay(jnp.sum(dt, axis=0), A_NxE)  # the product of a chunk's exp(dt A)
-  _, starts = jax.lax.associative_scan(_compose, (decays, ends), axis=1)  # after chunk k
+  _, starts = jax.lax.associative_scan(compose, (decays, ends), axis=1)  # after chunk k
   return jnp.concatenate([jnp.zeros_like(starts[:, :1]), starts[:, :-1]], axis=1)
 
 
@@ -124,7 +119,7 @@ def _incoming_adjoints(dt, C, dy, A_NxE):
   shape = dt.shape[1:3] + A_NxE.shape
   out, _ = jax.lax.scan(step, jnp.zeros(shape, jnp.float32), (dt, C, dy), reverse=True)
   decays = _decay(jnp.sum(dt, axis=0), A_NxE)
-  _, sent = jax.lax.associative_scan(_compose, (decays, out), axis=1, reverse=True)
+  _, sent = jax.lax.associative_scan(compose, (decays, out), axis=1, reverse=True)
   return jnp.concatenate([sent[:, 1:], jnp.zeros_like(sent[:, :1])], axis=1)
 
 

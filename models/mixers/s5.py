@@ -64,9 +64,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
+from lra.models.blocks.init import log_uniform
+from lra.models.blocks.inputs import (as_complex, as_pair, glu, masked_input, project_in,
+                                      recurrence_out)
+from lra.models.blocks.ssm import SSMMixer
 from lra.models.registry import register
-from lra.models.ssm import (SSMMixer, as_complex, as_pair, glu, log_uniform, masked_input,
-                        project_in, recurrence_out)
 
 DISCRETIZATIONS = ("zoh", "bilinear")
 ACTIVATIONS = ("gelu", "full_glu", "half_glu1", "half_glu2")

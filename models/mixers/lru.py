@@ -44,8 +44,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
+from lra.models.blocks.inputs import as_complex, glu, masked_input, project_in, recurrence_out
+from lra.models.blocks.ssm import SSMMixer
 from lra.models.registry import register
-from lra.models.ssm import SSMMixer, as_complex, glu, masked_input, project_in, recurrence_out
 
 # Smallest uniform draw for the ring: u = 0 would put |Lambda| exactly at r_min = 0, where
 # nu_log = +inf and its gradient is NaN.

@@ -3,7 +3,7 @@ Training"): gated linear attention as a token mixer.
 
 Per head, with alpha_t in (0, 1)^K a data-dependent forget gate over the key channels:
     S_t = diag(alpha_t) S_{t-1} + k_t v_t^T,   o_t = S_t^T q_t
-the core's vector decay (models/matrix_recurrence.py, which runs it by chunks: the paper's
+the core's vector decay (models/ops/matrix_recurrence.py, which runs it by chunks: the paper's
 chunkwise form, with the secondary chunking replaced by an exact C x C x K product).
 
 The layer is flash-linear-attention's GatedLinearAttention (fla/layers/gla.py, the authors'
@@ -28,7 +28,7 @@ Differences from the paper: the paper's per-head LayerNorm is fla's RMS norm. No
 Initialisation: fla's (GLAPreTrainedModel._init_weights): every projection N(0, 0.02), the
 gate's bias 0 (alpha starts near sigmoid(0)^(1/16) = 0.958), the norm's weight 1.
 
-Bidirectional (setting, the core's, models/recurrent_mixer.py): the same q, k, v and gates run
+Bidirectional (setting, the core's, models/blocks/recurrent.py): the same q, k, v and gates run
 from the end too, the two outputs averaged before the norm and gate. The paper and fla are
 causal only.
 
@@ -43,10 +43,11 @@ import jax
 import jax.numpy as jnp
 
 from lra import rules as s
-from lra.models.recurrent_mixer import RecurrentMixer
+from lra.models.blocks.heads import head_dims, heads_projection
+from lra.models.blocks.init import fla_init
+from lra.models.blocks.norms import GatedOutput
+from lra.models.blocks.recurrent import RecurrentMixer
 from lra.models.registry import register
-from lra.models.retnet import GatedOutput, fla_init, head_dims, heads_projection
-from lra.models.ssm import masked_input
 
 
 @register("gla")
@@ -61,24 +62,17 @@ class GLA(RecurrentMixer):
   gate_logit_normalizer: float = s.setting(16, s.Float(0.0, open="low"),
                                            "log alpha = logsigmoid(gate) / this (the paper's "
                                            "temperature tau)")
-  num_heads: int = 1  # the encoder's
 
-  def check_settings(self) -> None:
-    super().check_settings()
-    s.check(s.model_key("num_heads"), self.num_heads, s.Int(1))
-
-  def carried_state(self, width: int, length: int) -> int:
-    """S (K x V) per head, per direction."""
-    del length  # a fixed-size state
-    key, value = head_dims(width, self.num_heads, self.expand_k, self.expand_v)
-    return self.directions * self.num_heads * key * value
+  def head_sizes(self, width: int) -> tuple[int, int, int]:
+    """(H, K, V): int(width * expand) channels over the heads."""
+    return (self.num_heads, *head_dims(width, self.num_heads, self.expand_k, self.expand_v))
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
     del deterministic  # no dropout inside
-    width, heads = x_BxLxD.shape[-1], self.num_heads
-    key, value = head_dims(width, heads, self.expand_k, self.expand_v)
-    x_BxLxD = masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
+    width = x_BxLxD.shape[-1]
+    heads, key, value = self.head_sizes(width)
+    x_BxLxD = self.inputs(x_BxLxD, mask_BxL)
     proj = lambda size, name: heads_projection(heads, size, self.dtype, name)(x_BxLxD)
     q_BxLxHxK, k_BxLxHxK = proj(key, "q_proj"), proj(key, "k_proj")
     v_BxLxHxV, g_BxLxHxV = proj(value, "v_proj"), proj(value, "g_proj")

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
-from lra.models.blocked import attend, gather_blocks, pad_to_blocks, to_blocks
+from lra.models.ops.blocked import attend, gather_blocks, pad_to_blocks, to_blocks
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection, softmax_attention
 from lra.models.registry import register
 

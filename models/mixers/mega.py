@@ -57,11 +57,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
-from lra.models.blocked import padded_blocks
+from lra.models.blocks.inputs import masked_input
 from lra.models.common import Mixer, dropout_weights, masked_softmax
+from lra.models.ops.blocked import padded_blocks
+from lra.models.ops.convolution import fft_convolve
 from lra.models.registry import register
-from lra.models.s4d import fft_convolve
-from lra.models.ssm import masked_input
 
 ATTENTION_FNS = ("softmax", "laplace", "relu2")
 LAPLACE_MU, LAPLACE_SIGMA = np.sqrt(0.5), np.sqrt(0.25 / np.pi)  # eq. 16, appendix C

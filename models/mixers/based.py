@@ -31,13 +31,14 @@ and all three kinds deeper; ("conv", "linear", "window", "conv", "conv") is the 
 models' assignment. A 1-layer model would be BaseConv alone with the default, so the configs
 give Based two layers on the one-layer tasks (configs/table.py).
 
-Computation (SUBQUADRATIC): linear attention non-causal as the sums over all real keys (a
+Computation (SUBQUADRATIC): linear attention (models/ops/taylor_attention.py, which says why
+it is not the recurrent family's core) non-causal as the sums over all real keys (a
 (1 + f + f^2) x V state per head); causal by chunks of `chunk_size`: within a chunk the kernel
 1 + s + s^2/2 as a masked C x C product, across chunks the states of the earlier chunks (an
 exclusive cumulative sum over chunks, B x N x H x (1 + f + f^2) x V, never one per position as
 Zoology's cumsum path holds). The window by blocks of min(w, L) queries, each over its own and
 the previous block (non-causal: and the next) under a relative-position band (as
-models/longformer.py). No L x L array.
+models/mixers/longformer.py). No L x L array.
 
 `causal` (default False, the reading every config here needs, so none sets it): LRA is
 non-causal and so is MQAR here (every mixer reads as on LRA, lra/data/mqar.py). The recurrent
@@ -74,9 +75,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
-from lra.models.blocked import attend, gather_blocks, padded_blocks
+from lra.models.blocks.init import symmetric_uniform
 from lra.models.common import HeadsMixer, rotary_embedding
-from lra.models.mamba import causal_depthwise_conv, symmetric_uniform
+from lra.models.ops.blocked import attend, gather_blocks, padded_blocks
+from lra.models.ops.convolution import causal_depthwise_conv
+from lra.models.ops.taylor_attention import taylor_linear_attention
 from lra.models.registry import register
 
 KINDS = ("conv", "linear", "window")
@@ -84,7 +87,6 @@ KINDS = ("conv", "linear", "window")
 # depth reads does nothing, and a value given to it is said (idle_at).
 READ_BY = {"conv": ("conv_kernel",), "linear": ("feature_dim", "causal", "chunk_size"),
            "window": ("window", "causal")}
-EPS = 1e-12  # Zoology's Based eps, added to the normaliser
 zoology_normal = nn.initializers.normal(0.02)  # Zoology's _init_weights for every nn.Linear
 
 
@@ -101,60 +103,6 @@ class Kinds:
 
   def bad_values(self) -> list:
     return [(), ("attention",), "Linear", (1,), None]
-
-
-def taylor_features(x_BxLxHxF):
-  """phi(x) = [1, x / f^(1/4), vec(x x^T) / (sqrt(2) sqrt(f))]: 1 + f + f^2 features whose dot
-  products are 1 + s + s^2 / 2, s = q.k / sqrt(f) (Zoology's TaylorExp)."""
-  f = x_BxLxHxF.shape[-1]
-  outer_BxLxHxFF = (x_BxLxHxF[..., :, None] * x_BxLxHxF[..., None, :]).reshape(
-      *x_BxLxHxF.shape[:-1], f * f)
-  ones = jnp.ones(x_BxLxHxF.shape[:-1] + (1,), x_BxLxHxF.dtype)
-  return jnp.concatenate([ones, x_BxLxHxF / f ** 0.25,
-                          outer_BxLxHxFF / (math.sqrt(2) * math.sqrt(f))], axis=-1)
-
-
-def _causal_chunks(q_BxLxHxF, k_BxLxHxF, v_BxLxHxV, keep_BxL, chunk: int):
-  """Causal Taylor linear attention by chunks: (numerator BxLxHxV, normaliser BxLxH)."""
-  length, f = keep_BxL.shape[1], q_BxLxHxF.shape[-1]
-  c = max(1, min(chunk, length))
-  q_BxNxCxHxF, k_BxNxCxHxF, v_BxNxCxHxV = (padded_blocks(t, c)
-                                           for t in (q_BxLxHxF, k_BxLxHxF, v_BxLxHxV))
-  keep_BxNxC = padded_blocks(keep_BxL, c, value=False)
-  phi_k = taylor_features(k_BxNxCxHxF) * keep_BxNxC[..., None, None]
-  phi_q = taylor_features(q_BxNxCxHxF)
-  # The state each chunk writes, then the sum of the earlier chunks' (shifted, so exact).
-  S_BxNxHxPxV = jnp.einsum("bnchp,bnchv->bnhpv", phi_k, v_BxNxCxHxV)
-  z_BxNxHxP = jnp.sum(phi_k, axis=2)
-  before = lambda a: jnp.cumsum(jnp.pad(a, [(0, 0), (1, 0)] + [(0, 0)] * (a.ndim - 2))[:, :-1],
-                                axis=1)
-  num_BxNxCxHxV = jnp.einsum("bnchp,bnhpv->bnchv", phi_q, before(S_BxNxHxPxV))
-  den_BxNxCxH = jnp.einsum("bnchp,bnhp->bnch", phi_q, before(z_BxNxHxP))
-  # Within a chunk: the kernel itself, on keys at or before the query.
-  s_BxNxHxCxC = jnp.einsum("bnchf,bndhf->bnhcd", q_BxNxCxHxF, k_BxNxCxHxF) / math.sqrt(f)
-  causal_CxC = np.tril(np.ones((c, c), bool))
-  a_BxNxHxCxC = jnp.where(causal_CxC[None, None, None] & keep_BxNxC[:, :, None, None, :],
-                          1.0 + s_BxNxHxCxC + 0.5 * s_BxNxHxCxC * s_BxNxHxCxC, 0.0)
-  num_BxNxCxHxV = num_BxNxCxHxV + jnp.einsum("bnhcd,bndhv->bnchv", a_BxNxHxCxC, v_BxNxCxHxV)
-  den_BxNxCxH = den_BxNxCxH + jnp.moveaxis(jnp.sum(a_BxNxHxCxC, axis=-1), 2, 3)
-  batch = keep_BxL.shape[0]
-  num_BxLxHxV = num_BxNxCxHxV.reshape(batch, -1, *num_BxNxCxHxV.shape[3:])[:, :length]
-  return num_BxLxHxV, den_BxNxCxH.reshape(batch, -1, den_BxNxCxH.shape[-1])[:, :length]
-
-
-def taylor_linear_attention(q_BxLxHxF, k_BxLxHxF, v_BxLxHxV, keep_BxL, *, causal: bool,
-                            chunk: int):
-  """y_i = phi(q_i).sum_j phi(k_j) v_j^T / (phi(q_i).sum_j phi(k_j) + EPS), over the real keys
-  j (j <= i when causal). Inputs and result in float32."""
-  if causal:
-    num_BxLxHxV, den_BxLxH = _causal_chunks(q_BxLxHxF, k_BxLxHxF, v_BxLxHxV, keep_BxL, chunk)
-  else:
-    phi_k = taylor_features(k_BxLxHxF) * keep_BxL[..., None, None]  # padded keys write nothing
-    phi_q = taylor_features(q_BxLxHxF)
-    S_BxHxPxV = jnp.einsum("blhp,blhv->bhpv", phi_k, v_BxLxHxV)
-    num_BxLxHxV = jnp.einsum("blhp,bhpv->blhv", phi_q, S_BxHxPxV)
-    den_BxLxH = jnp.einsum("blhp,bhp->blh", phi_q, jnp.sum(phi_k, axis=1))
-  return num_BxLxHxV / (den_BxLxH[..., None] + EPS)
 
 
 def sliding_window_attention(q_BxLxHxK, k_BxLxHxK, v_BxLxHxK, keep_BxL, *, window: int,

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
-from lra.models.blocked import pad_to_blocks, to_blocks
+from lra.models.ops.blocked import pad_to_blocks, to_blocks
 from lra.models.common import (HeadsMixer, MASK_VALUE, OutputProjection, QKVProjection,
                            masked_softmax)
 from lra.models.registry import register

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra import rules as s
-from lra.models.blocked import attend, gather_blocks, padded_blocks
+from lra.models.ops.blocked import attend, gather_blocks, padded_blocks
 from lra.models.common import HeadsMixer, OutputProjection, QKVProjection
 from lra.models.registry import register
 
