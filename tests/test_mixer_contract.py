@@ -73,7 +73,10 @@ def _split(variant):
   return name, {**helpers.tiny_settings(name), **settings}, encoder
 
 
-@pytest.mark.parametrize("variant", sorted(_mixer_variants()))
+# The named variants' contracts `-m slow` (a setting's other code path; each registered mixer's
+# own contract stays in the default suite).
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow) if v in VARIANTS
+                                     else v for v in sorted(_mixer_variants())])
 def test_mixer_contract(variant):
   """All of the contract but the jit check (below, in the slow set: its op-by-op run compiles
   every primitive on its own and doubled the default tests' time of this file)."""

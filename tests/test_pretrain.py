@@ -136,21 +136,17 @@ def _record_steps(patch, seen):
   patch.setattr(steps, "make_steps", recording)
 
 
+SHORT = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}  # one checkpoint: step 2
+
+
 @pytest.fixture(scope="module")
 def pretrained(listops_dir, tmp_path_factory):
-  """A finished tiny ListOps denoise run of the Transformer: (workdir, results, the batches
-  its steps were given, its config)."""
+  """A finished two-step tiny ListOps denoise run of the Transformer (best/2), the run the
+  init_from tests start from: (workdir, results). Tests copy it where they change it."""
   workdir = str(tmp_path_factory.mktemp("denoise") / "run")
-  config = tiny_config(listops_dir, objective="denoise", num_train_steps=100, log_every=20,
-                       eval_every=50, checkpoint_every=50)
-  seen = {"train": [], "eval": []}
-  with pytest.MonkeyPatch.context() as patch:
-    _record_steps(patch, seen)
-    result = trainer.train_and_evaluate(config, workdir)
-  return types.SimpleNamespace(workdir=workdir, results=result, seen=seen, config=config)
-
-
-SHORT = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}  # one checkpoint: step 2
+  result = trainer.train_and_evaluate(tiny_config(listops_dir, objective="denoise", **SHORT),
+                                      workdir)
+  return types.SimpleNamespace(workdir=workdir, results=result)
 
 
 @pytest.fixture(scope="module")
@@ -162,28 +158,22 @@ def classified(listops_dir, tmp_path_factory) -> str:
   return workdir
 
 
-def test_denoise_loss_goes_down_and_results_say_denoise(pretrained):
-  with open(os.path.join(pretrained.workdir, "metrics.jsonl")) as f:
-    rows = [json.loads(line) for line in f]
-  losses = [r["train_loss"] for r in rows if "train_loss" in r]
-  assert len(losses) == 6 and np.mean(losses[-2:]) < losses[0] - 0.25, losses
-  assert any("val_accuracy" in r for r in rows)  # masked-token validation, for monitoring
-  with open(os.path.join(pretrained.workdir, "results.json")) as f:
-    saved = json.load(f)
-  assert saved["objective"] == "denoise" and "test_accuracy" not in saved
-  assert 0.0 < saved["val_masked_accuracy"] <= 1.0 and saved["val_masked_loss"] > 0
-  assert saved["mask_rate"] == 0.10 and saved["mask_token"] == LISTOPS_VOCAB
-  assert saved["config"]["objective"] == "denoise" and saved["init"] is None
-
-
 def _rows(array) -> set[bytes]:
   return {row.tobytes() for row in np.asarray(array, np.int32)}
 
 
-def test_pretraining_trains_on_train_inputs_only(pretrained, listops_dir):
-  task = tasks.load(pretrained.config)
+def test_a_denoise_run_trains_on_train_inputs_only_its_loss_goes_down(listops_dir, tmp_path):
+  """100 steps: the batches its steps are given (train inputs, no labels; validation inputs
+  evaluated, never trained on), its loss, and results that say denoise."""
+  workdir = str(tmp_path / "run")
+  config = tiny_config(listops_dir, objective="denoise", num_train_steps=100, log_every=20,
+                       eval_every=50, checkpoint_every=50)
+  seen = {"train": [], "eval": []}
+  with pytest.MonkeyPatch.context() as patch:
+    _record_steps(patch, seen)
+    trainer.train_and_evaluate(config, workdir)
+  task = tasks.load(config)
   train, val = _rows(task.splits["train"]["inputs"]), _rows(task.splits["val"]["inputs"])
-  seen = pretrained.seen
   assert len(seen["train"]) == 100
   for batch in seen["train"]:
     assert set(batch) == {"inputs"}  # no labels
@@ -192,6 +182,17 @@ def test_pretraining_trains_on_train_inputs_only(pretrained, listops_dir):
   for batch in seen["eval"]:
     assert set(batch) == {"inputs", "weights"}
     assert _rows(batch["inputs"]) <= val
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  losses = [r["train_loss"] for r in rows if "train_loss" in r]
+  assert len(losses) == 6 and np.mean(losses[-2:]) < losses[0] - 0.25, losses
+  assert any("val_accuracy" in r for r in rows)  # masked-token validation, for monitoring
+  with open(os.path.join(workdir, "results.json")) as f:
+    saved = json.load(f)
+  assert saved["objective"] == "denoise" and "test_accuracy" not in saved
+  assert 0.0 < saved["val_masked_accuracy"] <= 1.0 and saved["val_masked_loss"] > 0
+  assert saved["mask_rate"] == 0.10 and saved["mask_token"] == LISTOPS_VOCAB
+  assert saved["config"]["objective"] == "denoise" and saved["init"] is None
 
 
 # --- init_from ------------------------------------------------------------------------------
