@@ -30,7 +30,7 @@ def _setup(length, block, overlap, seed=0, heads=2, dim=8):
   rng = np.random.default_rng(seed + 100 * length + block)
   x = jnp.asarray(rng.normal(size=(3, length, dim)), jnp.float32)
   mask = jnp.asarray(random_mask(rng, 3, length, full_first=False, hole=True))
-  mixer = models.local.LocalAttention(num_heads=heads, qkv_dim=dim, block_size=block,
+  mixer = models.mixers.local.LocalAttention(num_heads=heads, qkv_dim=dim, block_size=block,
                                       overlap=overlap)
   # Compiled once: on a busy CPU op-by-op dispatch of the blocked code costs more than jit.
   params = jax.jit(lambda key, x: mixer.init(key, x, mask, deterministic=True))(

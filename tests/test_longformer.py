@@ -95,7 +95,7 @@ def test_matches_dense_reference(length, window, dilation, global_positions, sep
                               window_growth=growth)
   params = _init(mixer, x, mask)
   assert ("query_global" in params["params"]) == (separate and bool(global_positions))
-  layer_window = models.longformer.layer_window(window, growth, layer)
+  layer_window = models.mixers.longformer.layer_window(window, growth, layer)
   ref_fn = lambda p, x: _reference(p, x, mask, window=layer_window, dilation=dilation,
                                    global_positions=global_positions, separate=separate)
   fn = lambda p, x: mixer.apply(p, x, mask, deterministic=True)
@@ -109,11 +109,11 @@ def test_matches_dense_reference(length, window, dilation, global_positions, sep
 
 
 def test_layer_window_growth():
-  assert models.longformer.layer_window(512, 1.0, 3) == 512
-  assert models.longformer.layer_window(4, 1.5, 1) == 6
-  assert models.longformer.layer_window(4, 2.0, 2) == 16
-  assert models.longformer.layer_window(4, 0.5, 1) == 2
-  assert models.longformer.layer_window(4, 0.1, 3) == 2  # clipped to at least 2
+  assert models.mixers.longformer.layer_window(512, 1.0, 3) == 512
+  assert models.mixers.longformer.layer_window(4, 1.5, 1) == 6
+  assert models.mixers.longformer.layer_window(4, 2.0, 2) == 16
+  assert models.mixers.longformer.layer_window(4, 0.5, 1) == 2
+  assert models.mixers.longformer.layer_window(4, 0.1, 3) == 2  # clipped to at least 2
 
 
 @pytest.mark.parametrize("length", [5, 9])

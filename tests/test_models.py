@@ -223,7 +223,7 @@ def test_run_time_mixer_constants_come_from_its_class():
 
 # Every constant of a mixer with the default Mixer declares, and every hook.
 _CONSTANTS = dict(SUBQUADRATIC=False, ATTENTION_DROPOUT=True, ENCODER_SETTINGS={},
-                  SETTINGS_WHEN=(), OPTIMIZER_GROUP=())
+                  SETTINGS_WHEN=(), OPTIMIZER_GROUP=(), RENAMED_SETTINGS={})
 _HOOKS = ("make_shared", "check_settings", "check_length", "idle_at", "residual", "reversible")
 
 

@@ -24,7 +24,7 @@ def _with_table():
   found = []
   for name in published.MODELS:
     try:
-      importlib.import_module(f"lra.models.{name}")  # registers it (the s5/lru files may not exist)
+      importlib.import_module(f"lra.models.mixers.{name}")  # registers it (the s5/lru files may not exist)
     except ModuleNotFoundError:
       continue
     if published.has_table(name):
