@@ -2,7 +2,7 @@
 tests over its layers): the mixers subclassing models/blocks/recurrent.py's RecurrentMixer
 (Mamba-2, RetNet, GLA, HGRN2, DeltaNet, Gated DeltaNet, mLSTM, and any added under it, with no
 list to edit). For each: the chunked form computes the recurrent form's function (outputs and
-the gradients of every parameter and of the input, both directions, chunks of 4 over 13
+the gradients of every parameter and of the input, one pass (both `-m slow`), chunks of 4 over 13
 positions, each mixer's hardest gates); a padded row's real outputs equal its truncated row's
 in both forms; one pass reads causally and two read the future; the state it declares is the
 core's (counted where the core runs); the heads and the combination are checked in one line.
@@ -63,14 +63,18 @@ def _inputs(seed: int):
   return x, mask, cotangent
 
 
+# One pass for every member by default; both passes `-m slow` (twice the program: the reverse
+# pass is the core's, whose own test checks it in both forms with padding, and the two passes
+# are combined by RecurrentMixer's code, the same for every member).
+@pytest.mark.parametrize("bidirectional", [False, pytest.param(True, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", FAMILY)
-def test_chunked_equals_recurrent_and_padding_equals_truncation(name):
-  """Both directions: the chunked form's outputs and gradients (of every parameter and of the
-  input) equal the recurrent form's, and its row 1 (6 real tokens, then padding) gives the
-  outputs of those 6 tokens alone (the backward pass starts in the padding; the core's own
-  test checks both forms' padding, tests/test_matrix_recurrence.py)."""
+def test_chunked_equals_recurrent_and_padding_equals_truncation(name, bidirectional):
+  """The chunked form's outputs and gradients (of every parameter and of the input) equal the
+  recurrent form's, and its row 1 (6 real tokens, then padding) gives the outputs of those 6
+  tokens alone (bidirectional: the backward pass starts in the padding; the core's own test
+  checks both forms' padding, tests/test_matrix_recurrence.py)."""
   x, mask, cotangent = _inputs(2)
-  recurrent, chunked = (_mixer(name, form=form, bidirectional=True)
+  recurrent, chunked = (_mixer(name, form=form, bidirectional=bidirectional)
                         for form in ("recurrent", "chunked"))
 
   def program(x):
