@@ -55,8 +55,11 @@ def _check_against_reference(mixer, seed, igate_bias=None, bidirectional=False):
   assert np.abs(np.asarray(expected_grads[1])).max() > 1e-3  # input gradients that matter
 
 
+# Huge gates, both passes, chunked by default; the causal recurrent form `-m slow` (the family's
+# chunked == recurrent test compares the two forms).
 @pytest.mark.parametrize("bidirectional, form, igate_bias", [
-    (False, "recurrent", None), (True, "chunked", [50.0, -50.0])], ids=["causal", "huge_gates"])
+    pytest.param(False, "recurrent", None, marks=pytest.mark.slow),
+    (True, "chunked", [50.0, -50.0])], ids=["causal", "huge_gates"])
 def test_layer_matches_the_stabilised_recurrence(bidirectional, form, igate_bias):
   """Outputs and gradients (parameters and input) equal the reference's, on rows with trailing
   padding. Bidirectional: the two directions' normalised outputs averaged. huge_gates: igate

@@ -31,7 +31,8 @@ def _params(mixer, mask):
                                               deterministic=True), scale=0.3)
 
 
-@pytest.mark.parametrize("bidirectional", [False, True])
+# Both passes by default (the forward one among them); one pass alone `-m slow`.
+@pytest.mark.parametrize("bidirectional", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_layer_matches_the_parallel_form(bidirectional):
   """Outputs and gradients (parameters and input) of the chunked layer equal the paper's
   parallel form; a row with trailing padding included."""

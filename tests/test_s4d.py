@@ -61,7 +61,8 @@ def _reference(params, x_BxLxD, mask_BxL, bidirectional):
   return h[..., :DIM] * jax.nn.sigmoid(h[..., DIM:])
 
 
-@pytest.mark.parametrize("bidirectional", [False, True])
+# Both directions by default (the forward kernel among them); one `-m slow`.
+@pytest.mark.parametrize("bidirectional", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_fft_convolution_equals_the_recurrence(bidirectional):
   x, mask, rng = helpers.padded_inputs(LENGTH, DIM)
   mixer = S4D(state_size=STATE, A_init="lin", bidirectional=bidirectional)

@@ -155,11 +155,14 @@ def _reference(params, x, mask, mixer):
   return out
 
 
+# The first and last by default; the other two (other discretisation, activation and C init of
+# the same scan) `-m slow`.
 @pytest.mark.parametrize("settings,check_grads", [
     (dict(discretization="zoh", bidirectional=True, activation="half_glu1"), True),
-    (dict(discretization="bilinear", bidirectional=False, activation="full_glu"), True),
-    (dict(discretization="zoh", bidirectional=True, activation="half_glu2", clip_eigs=True,
-          c_init="complex_normal"), False),
+    pytest.param(dict(discretization="bilinear", bidirectional=False, activation="full_glu"),
+                 True, marks=pytest.mark.slow),
+    pytest.param(dict(discretization="zoh", bidirectional=True, activation="half_glu2",
+                      clip_eigs=True, c_init="complex_normal"), False, marks=pytest.mark.slow),
     (dict(discretization="bilinear", bidirectional=True, activation="gelu", blocks=1), False),
 ])
 def test_scan_matches_sequential_loop(settings, check_grads):

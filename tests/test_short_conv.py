@@ -62,7 +62,9 @@ def test_the_block_convolves_the_mixer_input():
   assert float(grad[b, t, d]) == pytest.approx(numeric, rel=2e-2, abs=2e-3)
 
 
-@pytest.mark.parametrize("name", ["transformer", "s5", "mega"])
+# The convolution is the encoder's, before any mixer: Mega (the costliest to compile) `-m slow`.
+@pytest.mark.parametrize("name", ["transformer", "s5",
+                                  pytest.param("mega", marks=pytest.mark.slow)])
 def test_any_mixer_takes_it_and_padding_stays_invisible(name):
   """A model with short_conv gets one conv per block; noise in padded tokens changes nothing."""
   settings = tiny_model(name, short_conv=4, dropout_rate=0.0, attention_dropout_rate=0.0)

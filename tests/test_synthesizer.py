@@ -76,7 +76,10 @@ def _attend(p, logits_BxHxLxL, x_BxLxD, mask_BxL, value_kernel):
   return y_BxLxD + out["bias"][None, None, :]
 
 
-@pytest.mark.parametrize("mode", MODES)
+# The dense and random modes by default; their factorised forms `-m slow` (the same mixing,
+# only how the logits are made differs; factorized_random is also the product, tested below).
+@pytest.mark.parametrize("mode", [m if not m.startswith("factorized") else
+                                  pytest.param(m, marks=pytest.mark.slow) for m in MODES])
 def test_mode_mixing_truncation_and_gradients(mode):
   """Each mode's synthetic attention (mixing weight 1) against its definition, dot-product
   attention (weight 0) against the Transformer's; inputs shorter than the init length; every
