@@ -95,6 +95,30 @@ def delta_loop(q, k, v, beta, mask, *, alpha=None, reverse=False):
   return jnp.moveaxis(jax.lax.scan(step, S, xs, reverse=reverse)[1], 0, 1)
 
 
+def signed_loop(q, k, v, mask, decay=None, beta=None, log_write=None, reverse=False):
+  """The true outputs o_t = S_t^T q_t of S_t = a_t S_{t-1} + w_t k_t v_t^T (or the delta rule
+  a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T), the decays a given as the numbers
+  themselves (any sign; B x L x H, or B x L x H x K over the key channels), in float64 numpy,
+  one position at a time, unstabilised; a padded position is skipped and reads 0."""
+  batch, length, heads, key = q.shape
+  o = np.zeros((batch, length, heads, v.shape[-1]))
+  order = range(length - 1, -1, -1) if reverse else range(length)
+  for b, h in np.ndindex(batch, heads):
+    S = np.zeros((key, v.shape[-1]))
+    for t in order:
+      if not mask[b, t]:
+        continue
+      a = np.ones(key) if decay is None else np.broadcast_to(decay[b, t, h], (key,))
+      transition = np.diag(a)
+      if beta is not None:
+        transition = a[0] * (np.eye(key) - beta[b, t, h] * np.outer(k[b, t, h], k[b, t, h]))
+      write = beta[b, t, h] if beta is not None else (
+          1.0 if log_write is None else np.exp(log_write[b, t, h]))
+      S = transition @ S + write * np.outer(k[b, t, h], v[b, t, h])
+      o[b, t, h] = S.T @ q[b, t, h]
+  return o
+
+
 # --- the layers ---
 
 

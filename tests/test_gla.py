@@ -73,7 +73,8 @@ def test_defaults_and_head_width_errors():
   one line (the settings' own rules: tests/test_models.py)."""
   assert registry.default_settings("gla") == dict(
       expand_k=0.5, expand_v=1.0, gate_low_rank_dim=16, gate_logit_normalizer=16,
-      form="chunked", chunk_size=64, bidirectional=False, combine="mean")
+      allow_neg_eigval=False, form="chunked", chunk_size=64, bidirectional=False,
+      combine="mean")
   x, mask = jnp.zeros((1, 3, WIDTH)), jnp.ones((1, 3), bool)
   for bad, match in ((dict(expand_k=0.75), "expand_k=0.75 .* int\\(width 8 \\* expand_k\\) = 6 "
                                            "channels must be a positive multiple of "

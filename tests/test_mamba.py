@@ -324,7 +324,7 @@ def test_optimizer_group_takes_a_log_d_and_dt_bias_of_both_directions():
 def test_settings_and_errors():
   assert registry.default_settings("mamba") == dict(
       state_size=16, expand=2, conv_kernel=4, dt_rank="auto", dt_min=0.001, dt_max=0.1,
-      bidirectional=False, form="chunked", chunk_size=32)
+      bidirectional=False, form="chunked", chunk_size=32, allow_neg_eigval=False)
   for bad, match in ((dict(state_size=0), "state_size=0 .* >= 1"),
                      (dict(expand=1.5), "expand=1.5 .* >= 1"),
                      (dict(conv_kernel=0), "conv_kernel=0 .* >= 1"),

@@ -121,7 +121,8 @@ def test_defaults_and_errors():
   rules: tests/test_models.py)."""
   assert registry.default_settings("mamba2") == dict(
       form="chunked", chunk_size=64, bidirectional=False, combine="mean", d_state=128,
-      head_dim=64, expand=2, conv_kernel=4, groups=1, dt_min=0.001, dt_max=0.1)
+      head_dim=64, expand=2, conv_kernel=4, groups=1, dt_min=0.001, dt_max=0.1,
+      allow_neg_eigval=False)
   with pytest.raises(SettingError, match="<= config.model.attention.dt_max"):
     Mamba2(dt_min=0.1, dt_max=0.01)
   x, mask = jnp.zeros((1, 3, 6)), jnp.ones((1, 3), bool)  # E = 12

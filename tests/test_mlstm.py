@@ -124,8 +124,8 @@ def test_defaults_state_size_and_errors():
   inner channels the heads or qkv_blocksize do not divide is one line (the settings' own rules:
   tests/test_models.py)."""
   assert registry.default_settings("mlstm") == dict(
-      proj_factor=2, conv_kernel=4, qkv_blocksize=4, form="chunked", chunk_size=64,
-      bidirectional=False, combine="mean")
+      proj_factor=2, conv_kernel=4, qkv_blocksize=4, allow_neg_eigval=False, form="chunked",
+      chunk_size=64, bidirectional=False, combine="mean")
   key = 2 * WIDTH // HEADS
   assert _mixer().carried_state(WIDTH, 64) == HEADS * (key * key + key + 1)
   assert _mixer(bidirectional=True).carried_state(WIDTH, 64) == 2 * HEADS * (key * key + key + 1)

@@ -30,7 +30,8 @@ class DeltaRuleMixer(RecurrentMixer):
   conv_kernel: int = s.setting(4, s.Int(1), "kernel of the depthwise causal convs on q, k, v "
                                "(fla's conv_size)")
   allow_neg_eigval: bool = s.setting(False, s.Bool(), "beta = 2 sigmoid(.): the transition's "
-                                     "eigenvalues in (-1, 1) (fla's allow_neg_eigval)")
+                                     "eigenvalues in (-1, 1) (fla's allow_neg_eigval; Gated "
+                                     "DeltaNet's decay stays in (0, 1), as fla's)")
   use_gate: bool = s.setting(False, s.Bool(), "gate the output norm by SiLU(g_proj(x)) "
                              "(fla's use_gate)")
 

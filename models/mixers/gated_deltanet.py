@@ -42,6 +42,16 @@ Bidirectional (setting): the core's two passes with the same q, k, v, beta and d
 short convolutions stay causal), averaged before the norm (models/blocks/recurrent.py). fla is
 causal only.
 
+Negative eigenvalues (setting `allow_neg_eigval`, off by default; Grazzi et al. 2025): beta =
+2 sigmoid(b_proj(x)) in (0, 2), so the transition alpha (I - beta k k^T) has the eigenvalue
+alpha (1 - beta) in (-alpha, alpha) along k and alpha elsewhere. Only beta is scaled; the
+decay alpha stays in (0, 1): fla's GatedDeltaNet does exactly that (fla/layers/gated_deltanet.py:
+"If set to `True`, the beta will be multiplied by 2", the decay passed to the kernel as is), and
+Grazzi et al.'s own change to the delta rule is beta's scale alone (their DeltaNet's
+sigmoid_scale = 2). Signing alpha too (2 alpha - 1, as for Mamba-2's decay) would also flip
+every direction orthogonal to k, a different transition neither codebase has; the core could
+run it (a scalar signed decay with the delta rule is exact in both forms), but no setting asks.
+
 Optimiser: A_log and dt_bias are OPTIMIZER_GROUP: no weight decay (fla marks both
 _no_weight_decay), trained at config.ssm_learning_rate (0 = the global rate).
 Padding: as DeltaNet's (a padded position neither decays, writes nor reads the state).

@@ -25,6 +25,12 @@ off by default and not built here.
 Differences from the paper: the paper's per-head LayerNorm is fla's RMS norm. Norm eps 1e-5
 (fla's layer default; fla's GLA config passes 1e-6).
 
+Negative eigenvalues (setting `allow_neg_eigval`, off by default; Grazzi et al. 2025): each
+channel's alpha in (0, 1) becomes 2 alpha - 1 in (-1, 1), as their modified fla has it
+(adankow/unlocking_state_tracking, flash-linear-attention_mod/fla/ops/gla/naive.py and
+ops/common/fused_recurrent.py under use_negative_gates: 2 exp(gk) - 1 of the log gate gk). The
+core takes log|2 alpha - 1| and its sign (models/ops/signed.py).
+
 Initialisation: fla's (GLAPreTrainedModel._init_weights): every projection N(0, 0.02), the
 gate's bias 0 (alpha starts near sigmoid(0)^(1/16) = 0.958), the norm's weight 1.
 
@@ -47,6 +53,7 @@ from lra.models.blocks.heads import head_dims, heads_projection
 from lra.models.blocks.init import fla_init
 from lra.models.blocks.norms import GatedOutput
 from lra.models.blocks.recurrent import RecurrentMixer
+from lra.models.ops.signed import extended
 from lra.models.registry import register
 
 
@@ -62,6 +69,8 @@ class GLA(RecurrentMixer):
   gate_logit_normalizer: float = s.setting(16, s.Float(0.0, open="low"),
                                            "log alpha = logsigmoid(gate) / this (the paper's "
                                            "temperature tau)")
+  allow_neg_eigval: bool = s.setting(False, s.Bool(), "each channel's decay alpha becomes "
+                                     "2 alpha - 1, in (-1, 1) (Grazzi et al. 2025)")
 
   def head_sizes(self, width: int) -> tuple[int, int, int]:
     """(H, K, V): int(width * expand) channels over the heads."""
@@ -83,5 +92,8 @@ class GLA(RecurrentMixer):
     log_alpha_BxLxHxK = jax.nn.log_sigmoid(gk_BxLxHxK.astype(jnp.float32)) \
         / self.gate_logit_normalizer
     q_BxLxHxK = q_BxLxHxK.astype(jnp.float32) * key ** -0.5
-    o_BxLxHxV = self.run(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, log_decay=log_alpha_BxLxHxK)
+    decay = dict(log_decay=log_alpha_BxLxHxK)
+    if self.allow_neg_eigval:  # 2 alpha - 1: its log magnitude and sign
+      decay = dict(zip(("log_decay", "negative"), extended(log_alpha_BxLxHxK)))
+    o_BxLxHxV = self.run(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, **decay)
     return GatedOutput(width, self.dtype, name="output")(o_BxLxHxV, g_BxLxHxV)

@@ -26,6 +26,13 @@ sequence: O(log L) depth, but batch x L x E x N float32 states at every level (t
 CUDA kernel keeps the state on chip; that fused kernel is not reproduced here). The setting
 was called `scan`; a config that sets it is refused with a line naming `form`.
 
+Negative eigenvalues (setting `allow_neg_eigval`, off by default; Grazzi et al. 2025, "Unlocking
+State-Tracking in Linear RNNs Through Negative Eigenvalues"): the transition exp(dt A) in (0, 1]
+becomes 2 exp(dt A) - 1 in (-1, 1], as their code has it (adankow/unlocking_state_tracking:
+mamba_dev's selective_scan_ref, deltaA = 2 * torch.exp(delta A) - 1, and its CUDA kernel's
+2 exp2f(delta A) - 1; xlstm/mamba/mamba.py, deltaA * 2 - 1). B, C, D and the input term dt B u
+are unchanged. A padded step (dt = 0) stays the identity, 2 - 1 = 1.
+
 Initialisation (the official module's defaults):
   - A: S4D-real, A[e, n] = -(n + 1) for every channel, stored as A_log = log(n + 1)
     (A = -exp(A_log) stays negative, so |exp(dt A)| < 1 for every dt > 0).
@@ -121,6 +128,7 @@ class Direction(nn.Module):
   dt_init: bool = True  # False: dt_bias starts at 0 (Vim's backward direction)
   form: str = "chunked"
   chunk_size: int = 32
+  signed: bool = False  # decays 2 exp(dt A) - 1 (allow_neg_eigval)
 
   @nn.compact
   def __call__(self, x_BxLxE, mask_BxL):
@@ -149,9 +157,9 @@ class Direction(nn.Module):
     dt_BxLxE = jnp.where(keep_BxLx1, dt_BxLxE, 0.0)  # a padded step is the identity
     A_ExN = -jnp.exp(A_log_ExN)
     if self.form == "associative":
-      return selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E)
+      return selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E, signed=self.signed)
     return chunked_selective_scan(u_BxLxE, dt_BxLxE, A_ExN, B_BxLxN, C_BxLxN, D_E,
-                                  self.chunk_size)
+                                  self.chunk_size, signed=self.signed)
 
 
 @register("mamba")
@@ -179,6 +187,8 @@ class Mamba(SSMMixer):
   chunk_size: int = s.setting(32, s.Int(1),
                               "positions per chunk of the chunked scan (docs/results.md: its "
                               "speed)")
+  allow_neg_eigval: bool = s.setting(False, s.Bool(), "the transition exp(dt A) becomes "
+                                     "2 exp(dt A) - 1, in (-1, 1] (Grazzi et al. 2025)")
   num_layers: int = 1  # the encoder's depth (filled in): out_proj starts / sqrt(num_layers)
 
   # Leaf names trained with config.ssm_learning_rate and no weight decay
@@ -200,7 +210,8 @@ class Mamba(SSMMixer):
   def _direction(self, width: int, name: str) -> Direction:
     return Direction(self.state_size, self.conv_kernel, rank_of(self.dt_rank, width),
                      self.dt_min, self.dt_max, self.dtype, dt_init=name == "forward",
-                     form=self.form, chunk_size=self.chunk_size, name=name)
+                     form=self.form, chunk_size=self.chunk_size,
+                     signed=self.allow_neg_eigval, name=name)
 
   def carried_state(self, width: int, length: int) -> int:
     """N states per inner channel, per direction: expand x width x N x directions (the conv's

@@ -16,6 +16,12 @@ normalised over each group's E / G channels (eps 1e-5), times a weight per chann
 In the core's terms (models/ops/matrix_recurrence.py): q = C, k = B, v = dt x, log_decay = dt A
 (a scalar per head and position), the chunked form being SSD's block decomposition.
 
+Negative eigenvalues (setting `allow_neg_eigval`, off by default; Grazzi et al. 2025): the
+per-head transition exp(dt A) in (0, 1] becomes 2 exp(dt A) - 1 in (-1, 1], the rule of their
+Mamba (adankow/unlocking_state_tracking, mamba_dev's selective_scan_ref: deltaA =
+2 * torch.exp(delta A) - 1); their code has no Mamba-2 variant, so this is their rule carried
+to SSD's scalar decay. The core takes it as log|2a - 1| and its sign (models/ops/signed.py).
+
 Initialisation (the official module's defaults):
   - A_log = log A, A uniform in A_INIT_RANGE = (1, 16) per head (the official A_init_range).
   - dt_bias = softplus^-1(dt), dt log-uniform in [dt_min, dt_max], floored at 1e-4 (as Mamba).
@@ -64,6 +70,7 @@ from lra.models.blocks.init import dt_bias_init, torch_default
 from lra.models.blocks.norms import gated_rms_norm
 from lra.models.blocks.recurrent import RecurrentMixer
 from lra.models.blocks.short_conv import ShortConv
+from lra.models.ops.signed import extended
 from lra.models.registry import register
 
 A_INIT_RANGE = (1.0, 16.0)  # the official A_init_range: A uniform in it per head
@@ -87,6 +94,8 @@ class Mamba2(RecurrentMixer):
                             "dt starts log-uniform in [dt_min, dt_max] (through dt_bias)")
   dt_max: float = s.setting(0.1, s.Float(0.0, open="low"),
                             "the upper end of dt's initial range (see dt_min)")
+  allow_neg_eigval: bool = s.setting(False, s.Bool(), "the transition exp(dt A) becomes "
+                                     "2 exp(dt A) - 1, in (-1, 1] (Grazzi et al. 2025)")
   num_layers: int = 1  # the encoder's depth (filled in): out_proj starts / sqrt(num_layers)
 
   # Leaf names trained with config.ssm_learning_rate and no weight decay (as Mamba's).
@@ -144,9 +153,11 @@ class Mamba2(RecurrentMixer):
     dt_bias_H, A_log_H, D_H = self._ssd_parameters(heads)
     dt_BxLxH = jax.nn.softplus(f32(dt_BxLxH) + dt_bias_H[None, None])
     x_BxLxHxP = x_BxLxE.reshape(batch, length, heads, p)
+    decay = dict(log_decay=-jnp.exp(A_log_H)[None, None] * dt_BxLxH)
+    if self.allow_neg_eigval:  # 2 exp(dt A) - 1: its log magnitude and sign
+      decay = dict(zip(("log_decay", "negative"), extended(decay["log_decay"])))
     y_BxLxHxP = self.run(per_group(C_BxLxGN), per_group(B_BxLxGN),
-                         x_BxLxHxP * dt_BxLxH[..., None], mask_BxL,
-                         log_decay=-jnp.exp(A_log_H)[None, None] * dt_BxLxH)
+                         x_BxLxHxP * dt_BxLxH[..., None], mask_BxL, **decay)
     y_BxLxHxP = y_BxLxHxP + D_H[None, None, :, None] * x_BxLxHxP
     # RMSNorm(y * SiLU(z)) over each group's E / G channels, a weight per channel (the
     # official RMSNormGated, norm_before_gate=False).

@@ -22,6 +22,14 @@ D the input width and E = proj_factor D inner channels, H = num_heads heads of K
     i, f   = igate(q, k, v), fgate(q, k, v)   3E -> H each, with bias
     h      = the cell above, then a layer norm per head (weight, no bias, eps 1e-5)
     out    = proj_down((h + skip * c) * SiLU(z))   learnable skip per channel, E -> D, no bias
+Negative eigenvalues (setting `allow_neg_eigval`, off by default; Grazzi et al. 2025): the
+forget gate f = sigmoid(fgate) in (0, 1) becomes 2 f - 1 = tanh(fgate / 2) in (-1, 1). Their
+code has no mLSTM variant (their mLSTM runs are xLSTM's, unchanged); this is their rule for a
+decay in (0, 1), a -> 2a - 1 (their Mamba's and GLA's), carried to mLSTM's forget gate. The
+core takes log|2 f - 1| and its sign (models/ops/signed.py); the stabiliser m bounds
+magnitudes, so it runs on log|2 f - 1| as it ran on log f, and the normaliser n takes the
+signs as C does.
+
 Initialisation (xLSTM's): proj_up and the headwise q, k, v N(0, 2 / (5 D)) (small init, with
 the input width D); proj_down N(0, (2 / num_layers / sqrt(D))^2) (Wang init, num_blocks =
 the encoder's depth); igate and fgate weights 0, fgate bias linspace(3, 6) over the heads
@@ -48,6 +56,7 @@ import numpy as np
 from lra import rules as s
 from lra.models.blocks.recurrent import RecurrentMixer
 from lra.models.blocks.short_conv import ShortConv
+from lra.models.ops.signed import extended
 from lra.models.registry import register
 
 EPS = 1e-6  # xLSTM's eps on the normaliser
@@ -103,6 +112,8 @@ class MLSTM(RecurrentMixer):
   conv_kernel: int = s.setting(4, s.Int(1), "the causal depthwise conv's kernel (xLSTM's 4)")
   qkv_blocksize: int = s.setting(4, s.Int(1), "block size of the block-diagonal q, k, v "
                                  "projections (xLSTM's qkv_proj_blocksize)")
+  allow_neg_eigval: bool = s.setting(False, s.Bool(), "the forget gate f becomes 2 f - 1, in "
+                                     "(-1, 1) (Grazzi et al. 2025's rule)")
   num_layers: int = 1  # the encoder's depth: proj_down's Wang init
 
   def check_width(self, width: int) -> int:
@@ -158,9 +169,11 @@ class MLSTM(RecurrentMixer):
     split = lambda a: a.reshape(a.shape[:2] + (heads, key))
     ones_BxLxHx1 = jnp.ones(x_BxLxD.shape[:2] + (heads, 1), jnp.float32)
     v_BxLxHxK1 = jnp.concatenate([split(v_BxLxE), ones_BxLxHx1], axis=-1)  # n's column
+    decay = dict(log_decay=jax.nn.log_sigmoid(f_BxLxH))
+    if self.allow_neg_eigval:  # 2 f - 1: its log magnitude and sign
+      decay = dict(zip(("log_decay", "negative"), extended(decay["log_decay"])))
     h_BxLxHxK = self.run(split(q_BxLxE), split(k_BxLxE) * key ** -0.5, v_BxLxHxK1, mask_BxL,
-                         finish=normalised, log_decay=jax.nn.log_sigmoid(f_BxLxH),
-                         log_write=i_BxLxH)
+                         finish=normalised, log_write=i_BxLxH, **decay)
     weight_HxK = self.param("outnorm", nn.initializers.ones, (heads, key))
     h_BxLxE = head_layer_norm(h_BxLxHxK, weight_HxK).reshape(h_BxLxHxK.shape[:2] + (inner,))
     skip_E = self.param("learnable_skip", nn.initializers.ones, (inner,))
