@@ -9,6 +9,7 @@ import pytest
 
 from lra.data import batches, tasks
 from lra.errors import UserError
+from lra.models import registry
 from lra.reporting import length_chart, lengths, results
 from lra.training import per_length, steps, trainer
 from tests import length_task
@@ -90,6 +91,7 @@ def test_a_run_trains_short_tests_long_and_records_each_length(toy, tmp_path, mo
     return batch
 
   monkeypatch.setattr(trainer, "train_batch", seen)
+  toy.num_train_steps, toy.eval_every, toy.checkpoint_every = 4, 4, 4  # one validation
   found = trainer.train_and_evaluate(toy, str(tmp_path / "run"))
   assert set(widths) == {(length_task.TRAIN_WIDTH, False)}  # never padded to the test width
   saved = json.loads((tmp_path / "run" / "results.json").read_text())[per_length.KEY]
@@ -167,3 +169,44 @@ def test_eval_length_table_and_chart_pool_seeds_and_tell_settings_apart(capsys, 
   plain = lengths.length_markdown(lengths.length_lines(lengths.read_runs([str(runs)], []),
                                                        lengths.ACCURACY))
   assert "| Transformer | 2 | 75.0 ± 17.7 | 87.5 (seed 1) |" in plain
+
+
+def test_a_mixer_built_for_one_length_trains_on_rows_padded_to_it(toy, monkeypatch):
+  task = tasks.load(toy)
+  plain = trainer.train_batch(task, toy, 0)
+  monkeypatch.setattr(registry.get(toy.model.name), "FIXED_LENGTH", True, raising=False)
+  wide = trainer.train_batch(task, toy, 0)
+  short, long = length_task.TRAIN_WIDTH, length_task.TEST_WIDTH
+  assert plain["inputs"].shape[1] == short and wide["inputs"].shape[1] == long
+  np.testing.assert_array_equal(wide["inputs"][:, :short], plain["inputs"])
+  np.testing.assert_array_equal(wide["labels"][:, :short], plain["labels"])
+  assert (wide["inputs"][:, short:] == 0).all()  # padding tokens,
+  assert (wide["labels"][:, short:] == tasks.NO_TARGET).all()  # never scored
+
+
+def _fixed_length(mixer: str) -> bool:
+  return bool(getattr(registry.get(mixer), "FIXED_LENGTH", False))
+
+
+@pytest.mark.slow  # every mixer compiles a train and an evaluation step: minutes on 2 cores
+@pytest.mark.parametrize("mixer", [
+    pytest.param(name, marks=pytest.mark.xfail(
+        name == "sinkhorn" and not _fixed_length(name), strict=True,
+        reason="Sinkhorn's sorting network is built for its init length: it needs "
+               "FIXED_LENGTH = True (models/mixers/sinkhorn.py) to train on padded rows"))
+    for name in registry.names()])
+def test_every_mixer_trains_short_and_tests_long(monkeypatch, mixer):
+  monkeypatch.setitem(tasks.FACTS, length_task.NAME, length_task.FACTS)
+  config = tiny_config("unused", mixer, task=length_task.NAME,
+                       **{"data.max_len": length_task.TEST_WIDTH})
+  task = length_task.load(config)
+  model = trainer.build_model(config, task)
+  mesh = trainer.make_mesh()
+  train_step, eval_step, sharding = steps.make_steps(model, False, mesh,
+                                                     objective=steps.position_loss(model))
+  state = trainer.create_state(model, task, config, mesh)
+  batch = trainer.to_global(trainer.train_batch(task, config, 0), sharding)
+  state, metrics = train_step(state, batch, jax.random.PRNGKey(0))
+  assert bool(metrics["finite"])
+  found = trainer.evaluate(eval_step, state, task.splits["test"], 16, sharding, config=config)
+  assert sum(r["examples"] for r in found["per_length"]) == len(task.splits["test"]["labels"])

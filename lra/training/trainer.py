@@ -11,6 +11,7 @@ from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lra import models
+from lra.models import registry
 from lra.data import batches, tasks
 from lra.training import (evaluation, memory_check, optim, per_length, pretrain, run_dir,
                           steps)
@@ -55,13 +56,36 @@ def inputs_only(batch: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
   return batch
 
 
+def train_width(config, task: tasks.Task) -> int:
+  """The width of the train batches: the train split's own (a length-generalisation task
+  trains on rows shorter than it tests on, each split evaluated at its own width), or the
+  model's, Task.max_len, for a mixer built for the one length it was initialised at (its
+  FIXED_LENGTH: Sinkhorn's sorting network has an output per block of that length)."""
+  if getattr(registry.get(config.model.name), "FIXED_LENGTH", False):
+    return task.max_len
+  return task.splits["train"]["inputs"].shape[1]
+
+
+# What a row is padded with, per key: padding tokens, no target, masked out.
+_WIDEN = {"inputs": 0, "inputs2": 0, "labels": tasks.NO_TARGET, "mask": False, "mask2": False}
+
+
+def widen(batch: dict[str, np.ndarray], width: int) -> dict[str, np.ndarray]:
+  """The batch's rows padded on the right to `width` (per-position labels with NO_TARGET)."""
+  extra = width - batch["inputs"].shape[1]
+  for key, value in _WIDEN.items():
+    if extra > 0 and key in batch and batch[key].ndim == 2:
+      batch[key] = np.pad(batch[key], ((0, 0), (0, extra)), constant_values=value)
+  return batch
+
+
 def train_batch(task: tasks.Task, config, step: int) -> dict[str, np.ndarray]:
-  """This process's rows of train batch `step`, at the train split's width (a
-  length-generalisation task's splits differ in width: each is evaluated at its own), without
-  the examples' task lengths, which no train step reads."""
+  """This process's rows of train batch `step` at train_width, without the examples' task
+  lengths, which no train step reads."""
   batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
   batch.pop("lengths", None)
-  return inputs_only(add_masks(batch, task.padding), config)
+  batch = widen(add_masks(batch, task.padding), train_width(config, task))
+  return inputs_only(batch, config)
 
 
 def _eval_lengths(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
