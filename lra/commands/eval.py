@@ -3,6 +3,7 @@
   python eval.py accuracy runs/ [--speed=eval_out/speed.json] [--out=eval_out] [--all_paper_rows]
   python eval.py curves runs/listops_a runs/listops_b [--out=eval_out]
   python eval.py recall runs/mqar [--out=eval_out]
+  python eval.py length runs/parity [--out=eval_out] [--accuracy]
   python eval.py speed [--models=transformer] [--lengths=1024,2048,3072,4096] [--batch=32]
                        [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
                        [--config.model.KEY=VALUE ...] [--import=MODULE ...]
@@ -20,7 +21,13 @@ sweep_KEY.png per swept key (lra.reporting.sweeps, sweep_chart). `curves` draws 
 metrics.jsonl, a line per run (a run in its model's colour of every chart). `recall` draws
 recall.png and writes recall.{md,json}: MQAR test accuracy against the state the model carries
 across positions (results.json's carried_state), a line per model over its widths, each point
-the best-on-validation run of its sweep (lra.reporting.recall). `speed` measures
+the best-on-validation run of its sweep (lra.reporting.recall). `length` draws length.png and
+writes length.{md,json}: of the runs of a length-generalisation task (results.json's
+length_generalisation), test accuracy against test length, a line per model (and per setting
+that tells its runs apart), the mean over seeds and the best seed, scaled accuracy ((accuracy
+- chance) / (1 - chance)) where the task names its chance, else (or with --accuracy) accuracy
+in %; the table gives each line's mean over the test lengths (mean +- std over seeds, best
+seed) (lra.reporting.lengths, length_chart). `speed` measures
 the real train step of every model at every length in --repeats interleaved rounds (each
 round every cell once, in turn, each time in a fresh process), and writes speed.{md,csv,json}
 (the median with the min-max over the rounds; every round's figure in the JSON) and
@@ -83,6 +90,13 @@ def _writable_folder(out: str) -> None:
     raise UserError(f"--out={out} is a file, not a folder; name a folder for the tables")
 
 
+def _existing(runs: list[str]) -> None:
+  """Every folder named must exist: a typo must not silently leave a folder of runs out."""
+  for path in runs:
+    if not paths.resolve(path).exists():
+      raise UserError(f"{path}: no such run directory or folder; nothing written")
+
+
 def _warn(warnings: list[str]) -> None:
   for w in warnings:
     print(f"warning: {w}", file=sys.stderr)
@@ -92,9 +106,7 @@ def _accuracy(args) -> None:
   from lra.reporting import charts, sweep_chart
   plugins.import_modules(args.imports)  # a module that cannot be imported is refused here too
   _writable_folder(args.out)
-  for path in args.runs:  # a typo must not silently leave a folder of runs out
-    if not paths.resolve(path).exists():
-      raise UserError(f"{path}: no such run directory or folder; nothing written")
+  _existing(args.runs)
   measured = _read_speed(args.speed) if args.speed else None  # before anything is written
   warnings: list[str] = []
   found = results.collect_results(args.runs, warnings, references=paper_configs)
@@ -155,9 +167,7 @@ def _curves(args) -> None:
 def _recall(args) -> None:
   from lra.reporting import recall
   _writable_folder(args.out)
-  for path in args.runs:  # a typo must not silently leave a folder of runs out
-    if not paths.resolve(path).exists():
-      raise UserError(f"{path}: no such run directory or folder; nothing written")
+  _existing(args.runs)
   warnings: list[str] = []
   points, text = recall.write_recall(args.runs, args.out, warnings)
   _warn(warnings)
@@ -166,6 +176,22 @@ def _recall(args) -> None:
                     f"{', '.join(args.runs)}; nothing written")
   print(text)
   print(f"wrote {args.out}/recall.{{md,json,png}}")
+
+
+def _length(args) -> None:
+  from lra.reporting import length_chart, lengths
+  _writable_folder(args.out)
+  _existing(args.runs)
+  warnings: list[str] = []
+  runs = lengths.read_runs(args.runs, warnings)
+  lines, text = length_chart.write_lengths(
+      runs, args.out, lengths.ACCURACY if args.accuracy else lengths.SCALED)
+  _warn(warnings)
+  if not lines:
+    raise UserError(f"no finished run with per-length test accuracy (results.json's "
+                    f"length_generalisation) under {', '.join(args.runs)}; nothing written")
+  print(text)
+  print(f"wrote {args.out}/length.{{md,json,png}}")
 
 
 def _positive(args, names: tuple[str, ...]) -> None:
@@ -307,6 +333,12 @@ def parser() -> argparse.ArgumentParser:
   r.add_argument("runs", nargs="+", help="MQAR run directories, or folders holding them")
   r.add_argument("--out", default="eval_out")
   r.set_defaults(run=_recall)
+  g = sub.add_parser("length", help="accuracy against test length (length generalisation)")
+  g.add_argument("runs", nargs="+", help="run directories, or folders holding them")
+  g.add_argument("--out", default="eval_out")
+  g.add_argument("--accuracy", action="store_true",
+                 help="accuracy in %% rather than scaled accuracy (0 = chance, 1 = perfect)")
+  g.set_defaults(run=_length)
   s = sub.add_parser("speed", help="steps/s and memory of the train step against length")
   s.add_argument("--models", default="", help="comma separated (grid aliases such as "
                  "mega_chunk too); default every registered model")

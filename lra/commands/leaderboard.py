@@ -288,6 +288,20 @@ def write_table(root: str, runs: list[Run]) -> None:
   from lra.reporting import sweep_chart
   for chart in sweep_chart.write_charts(table, out):  # accuracy against each swept key
     _say(f"wrote {chart}")
+  _length_chart(folders, root, out)
+
+
+def _length_chart(folders: list[str], root: str, out) -> None:
+  """ROOT/table/length.{md,json,png} where runs hold per-length test figures (a
+  length-generalisation task: lra.reporting.lengths); their read warnings are said above."""
+  from lra.reporting import length_chart, lengths, results
+  warnings: list[str] = []
+  runs = lengths.usable(results.read_results(folders, [], root), warnings)
+  for w in warnings:
+    print(f"warning: {w}", file=sys.stderr)
+  if length_chart.write_lengths(runs, out)[0]:
+    _say(f"wrote the length-generalisation chart and table of {root}: "
+         f"{out}/length.{{md,json,png}}")
 
 
 def _summary(outcome: dict, total: int, seconds: float) -> None:

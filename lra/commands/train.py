@@ -190,7 +190,8 @@ def main(argv):
       errors.fail(f"a run of this config is refused: {e}")
     return
   import jax  # after flag parsing, so a bad command line fails fast
-  from lra.training import config_checks, faults, preemption, profiling, trainer
+  from lra.training import (config_checks, faults, per_length, preemption, profiling,
+                            trainer)
   # Before anything compiles; a restart then loads the compiled programs from disk.
   profiling.enable_compilation_cache(config.compilation_cache_dir)
   if _COORDINATOR.value:
@@ -229,6 +230,8 @@ def main(argv):
           f"{results['best_val_accuracy']:.4f} at step {results['best_step']}; "
           f"majority class of the test set {results['test_majority_rate']:.4f}); "
           f"results in {_WORKDIR.value}/results.json")
+    if per_length.KEY in results:  # a length-generalisation task: its accuracy per length
+      print("\n".join(per_length.table_lines(results[per_length.KEY])), flush=True)
 
 
 def run() -> None:

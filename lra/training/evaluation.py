@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lra.data import batches
-from lra.training import progress
+from lra.training import per_length, progress
 
 # Which rows a capped evaluation reads: one fixed draw, the same for every run, seed and model
 # (so their accuracies are on the same examples), uniform over the split whatever its order (a
@@ -46,7 +46,8 @@ def evaluate(eval_step, state, split: dict[str, Any], batch_size: int,
   accuracy, "count" (what the step counted: examples, or positions / masked tokens), the
   "examples" read of the split's "available", the pass's "seconds" and of them "compile_s",
   those of its first call: it returns once the step is compiled (the run's first pass) and
-  runs on while the next batch is made (JAX dispatches asynchronously)."""
+  runs on while the next batch is made (JAX dispatches asynchronously). A split with "lengths"
+  adds "per_length" (lra.training.per_length.rows)."""
   start = last = _clock()
   available = len(split["labels"])
   split = capped(split, max_examples)
@@ -69,10 +70,12 @@ def evaluate(eval_step, state, split: dict[str, Any], batch_size: int,
       say(progress.evaluation_line(name, seen, examples, last - start))
   total = jax.device_get(total)
   count = float(total["count"])
+  # A split with its examples' task lengths: the accuracy of each (lra.training.per_length).
+  lengths = {"per_length": per_length.rows(total)} if "length_examples" in total else {}
   return {"loss": float(total["loss_sum"]) / count,
           "accuracy": float(total["correct"]) / count, "count": int(count),
           "examples": examples, "available": available, "seconds": _clock() - start,
-          "compile_s": compile_s}
+          "compile_s": compile_s, **lengths}
 
 
 def labels(split: dict[str, Any], max_examples: int) -> np.ndarray:

@@ -28,7 +28,8 @@ from lra import config_record, models, paths, provenance
 from lra.data import tasks
 from lra.errors import UserError
 from lra.training import (checkpoint, config_checks, evaluation, faults, initialise,
-                          memory_check, periodic, run_record, workdir as workdir_lib)
+                          memory_check, per_length, periodic, run_record,
+                          workdir as workdir_lib)
 from lra.training.checkpoint import Checkpoints, MismatchError
 from lra.training.periodic import OutOfOrder
 from lra.training.writers import MetricWriter
@@ -172,6 +173,7 @@ class Run:
     self._advance("load_task")
     self.task = memory_check.same_shapes(tasks.load(self.config), shapes)
     config_checks.check_train_split(self.config, len(self.task.splits["train"]["labels"]))
+    per_length.check(self.task)  # the examples' task lengths and chance, where given
     return self.task
 
   def restore(self, state):

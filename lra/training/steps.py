@@ -26,6 +26,27 @@ def sums(logits_BxC, labels_B, weights_B):
           "count": jnp.sum(weights_B)}
 
 
+def length_sums(correct_B, count_B, lengths_B, bins: int):
+  """Per-length sums of a batch (the length-generalisation protocol, lra.training.per_length):
+  for each task length in 0..bins-1 the sum of its examples' accuracies (an example's share of
+  its scored positions right: `correct_B` of `count_B`) and how many were scored. An example
+  with no scored position (a padded row: count 0) adds nothing. Sums add up over batches,
+  devices and hosts as the others do."""
+  scored_B = (count_B > 0).astype(jnp.float32)
+  share_B = correct_B / jnp.maximum(count_B, 1.0)
+  return {"length_accuracy_sum": jax.ops.segment_sum(share_B * scored_B, lengths_B, bins),
+          "length_examples": jax.ops.segment_sum(scored_B, lengths_B, bins)}
+
+
+def _with_lengths(metrics, batch, scored):
+  """`metrics` and, where the batch holds the examples' task lengths ("lengths": never given to
+  the model), their per-length sums, a bin per length up to the batch's width; `scored()`:
+  (correct_B, count_B) of each example, the padded rows' count 0."""
+  if "lengths" in batch:
+    metrics.update(length_sums(*scored(), batch["lengths"], batch["inputs"].shape[1] + 1))
+  return metrics
+
+
 def classify_loss(model, pair: bool):
   """The classification objective: (training loss, evaluation sums).
 
@@ -43,7 +64,9 @@ def classify_loss(model, pair: bool):
 
   def evaluate(state, batch):
     logits = _logits(model, pair, state.params, state.batch_stats, batch, deterministic=True)
-    return sums(logits, batch["labels"], batch["weights"])
+    weights_B = batch["weights"]
+    correct = lambda: ((jnp.argmax(logits, -1) == batch["labels"]) * weights_B, weights_B)
+    return _with_lengths(sums(logits, batch["labels"], weights_B), batch, correct)
 
   return loss, evaluate
 
@@ -66,9 +89,11 @@ def position_loss(model, no_target: int = -1):
 
   def evaluate(state, batch):
     logits = _logits(model, False, state.params, state.batch_stats, batch, deterministic=True)
-    labels = batch["labels"]
-    return sums(logits, *weighed(labels, jnp.broadcast_to(batch["weights"][:, None],
-                                                          labels.shape)))
+    labels, weights_BxL = weighed(batch["labels"], jnp.broadcast_to(batch["weights"][:, None],
+                                                                    batch["labels"].shape))
+    correct = lambda: (((jnp.argmax(logits, -1) == labels) * weights_BxL).sum(-1),
+                       weights_BxL.sum(-1))
+    return _with_lengths(sums(logits, labels, weights_BxL), batch, correct)
 
   return loss, evaluate
 

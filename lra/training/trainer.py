@@ -11,8 +11,10 @@ from flax.training import train_state
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from lra import models
+from lra.models import registry
 from lra.data import batches, tasks
-from lra.training import evaluation, memory_check, optim, pretrain, run_dir, steps
+from lra.training import (evaluation, memory_check, optim, per_length, pretrain, run_dir,
+                          steps)
 from lra.training.periodic import NonFiniteLossError  # noqa: F401  (callers catch it here)
 
 
@@ -46,9 +48,50 @@ def build_model(config, task: tasks.Task, mask_token: bool | None = None):
 
 
 def inputs_only(batch: dict[str, np.ndarray], config) -> dict[str, np.ndarray]:
-  """A denoise step is given the inputs (and masks, weights), never the labels."""
+  """A denoise step is given the inputs (and masks, weights), never the labels (nor the task
+  lengths, which only the classifier's evaluation reads)."""
   if _denoise(config):
     batch.pop("labels", None)
+    batch.pop("lengths", None)
+  return batch
+
+
+def train_width(config, task: tasks.Task) -> int:
+  """The width of the train batches: the train split's own (a length-generalisation task
+  trains on rows shorter than it tests on, each split evaluated at its own width), or the
+  model's, Task.max_len, for a mixer built for the one length it was initialised at (its
+  FIXED_LENGTH: Sinkhorn's sorting network has an output per block of that length)."""
+  if getattr(registry.get(config.model.name), "FIXED_LENGTH", False):
+    return task.max_len
+  return task.splits["train"]["inputs"].shape[1]
+
+
+# What a row is padded with, per key: padding tokens, no target, masked out.
+_WIDEN = {"inputs": 0, "inputs2": 0, "labels": tasks.NO_TARGET, "mask": False, "mask2": False}
+
+
+def widen(batch: dict[str, np.ndarray], width: int) -> dict[str, np.ndarray]:
+  """The batch's rows padded on the right to `width` (per-position labels with NO_TARGET)."""
+  extra = width - batch["inputs"].shape[1]
+  for key, value in _WIDEN.items():
+    if extra > 0 and key in batch and batch[key].ndim == 2:
+      batch[key] = np.pad(batch[key], ((0, 0), (0, extra)), constant_values=value)
+  return batch
+
+
+def train_batch(task: tasks.Task, config, step: int) -> dict[str, np.ndarray]:
+  """This process's rows of train batch `step` at train_width, without the examples' task
+  lengths, which no train step reads."""
+  batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
+  batch.pop("lengths", None)
+  batch = widen(add_masks(batch, task.padding), train_width(config, task))
+  return inputs_only(batch, config)
+
+
+def _eval_lengths(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """The task lengths an evaluation bins by (steps.length_sums) as JAX's default integer."""
+  if "lengths" in batch:
+    batch["lengths"] = np.asarray(batch["lengths"], np.int32)
   return batch
 
 
@@ -87,7 +130,7 @@ def evaluate(eval_step, state, split, batch_size: int, sharding, padding: bool =
              config=None, **options) -> dict[str, Any]:
   """evaluation.evaluate of this trainer's batches, capped at config.eval_max_examples."""
   def prepare(batch):
-    batch = add_masks(batch, padding)
+    batch = _eval_lengths(add_masks(batch, padding))
     return to_global(batch if config is None else inputs_only(batch, config), sharding)
   cap = 0 if config is None else config.eval_max_examples
   return evaluation.evaluate(eval_step, state, split, batch_size, prepare, cap, **options)
@@ -107,9 +150,13 @@ def _test(config, task: tasks.Task, evaluate_split, best, state, meta: dict) -> 
   # A per-position task counts examples (test_count) and the positions scored apart.
   counts = ({"test_count": len(labels), "test_positions": test["count"]} if task.per_position
             else {"test_count": test["count"]})
+  # A task with its examples' lengths: the accuracy per test length (per_length's record).
+  lengths = {per_length.KEY: per_length.record(
+      test["per_length"], task.chance, task.splits["train"].get("lengths"))
+  } if "per_length" in test else {}
   return {"test_accuracy": test["accuracy"], "test_loss": test["loss"], **counts,
           "last_step_test_accuracy": last_test["accuracy"],
-          "test_majority_rate": float(np.bincount(targets).max() / len(targets))}
+          "test_majority_rate": float(np.bincount(targets).max() / len(targets)), **lengths}
 
 
 def _objective(config, model, task: tasks.Task):
@@ -149,9 +196,8 @@ def train_and_evaluate(config, workdir: str, devices=None,
     validate = functools.partial(evaluate_split, split=task.splits["val"], name="validation")
     dropout_rng = jax.random.fold_in(jax.random.PRNGKey(config.seed), 1)  # + the step's number
     for step in run.steps(state, validate):
-      batch = batches.train_batch(task.splits["train"], config.batch_size, step, config.seed)
-      batch = inputs_only(add_masks(batch, task.padding), config)
-      state, metrics = train_step(state, to_global(batch, sharding), dropout_rng)
+      state, metrics = train_step(state, to_global(train_batch(task, config, step), sharding),
+                                  dropout_rng)
       run.after_step(state, metrics)
     best = run.best(state)  # the best-on-validation checkpoint
     return run.finish(state, best, _test(config, task, evaluate_split, best, state, run.meta))
