@@ -92,6 +92,9 @@ class Mixer(nn.Module):
   OPTIMIZER_GROUP = ()
   MIN_LAYERS = 1
   RENAMED_SETTINGS = {}
+  # True: the parameters are made for the init length and every input has it (Sinkhorn's
+  # sorting network: an output per block); the trainer then pads shorter rows to it.
+  FIXED_LENGTH = False
 
   def __post_init__(self):
     self.check_settings()

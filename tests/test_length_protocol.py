@@ -174,7 +174,7 @@ def test_eval_length_table_and_chart_pool_seeds_and_tell_settings_apart(capsys, 
 def test_a_mixer_built_for_one_length_trains_on_rows_padded_to_it(toy, monkeypatch):
   task = tasks.load(toy)
   plain = trainer.train_batch(task, toy, 0)
-  monkeypatch.setattr(registry.get(toy.model.name), "FIXED_LENGTH", True, raising=False)
+  monkeypatch.setattr(registry.get(toy.model.name), "FIXED_LENGTH", True)
   wide = trainer.train_batch(task, toy, 0)
   short, long = length_task.TRAIN_WIDTH, length_task.TEST_WIDTH
   assert plain["inputs"].shape[1] == short and wide["inputs"].shape[1] == long
@@ -184,17 +184,8 @@ def test_a_mixer_built_for_one_length_trains_on_rows_padded_to_it(toy, monkeypat
   assert (wide["labels"][:, short:] == tasks.NO_TARGET).all()  # never scored
 
 
-def _fixed_length(mixer: str) -> bool:
-  return bool(getattr(registry.get(mixer), "FIXED_LENGTH", False))
-
-
 @pytest.mark.slow  # every mixer compiles a train and an evaluation step: minutes on 2 cores
-@pytest.mark.parametrize("mixer", [
-    pytest.param(name, marks=pytest.mark.xfail(
-        name == "sinkhorn" and not _fixed_length(name), strict=True,
-        reason="Sinkhorn's sorting network is built for its init length: it needs "
-               "FIXED_LENGTH = True (models/mixers/sinkhorn.py) to train on padded rows"))
-    for name in registry.names()])
+@pytest.mark.parametrize("mixer", registry.names())
 def test_every_mixer_trains_short_and_tests_long(monkeypatch, mixer):
   monkeypatch.setitem(tasks.FACTS, length_task.NAME, length_task.FACTS)
   config = tiny_config("unused", mixer, task=length_task.NAME,

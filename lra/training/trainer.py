@@ -61,7 +61,7 @@ def train_width(config, task: tasks.Task) -> int:
   trains on rows shorter than it tests on, each split evaluated at its own width), or the
   model's, Task.max_len, for a mixer built for the one length it was initialised at (its
   FIXED_LENGTH: Sinkhorn's sorting network has an output per block of that length)."""
-  if getattr(registry.get(config.model.name), "FIXED_LENGTH", False):
+  if registry.get(config.model.name).FIXED_LENGTH:
     return task.max_len
   return task.splits["train"]["inputs"].shape[1]
 

@@ -112,6 +112,7 @@ class SinkhornAttention(HeadsMixer):
                            "Gumbel noise on the sorting logits while training (dropout rng)")
 
   SUBQUADRATIC = True
+  FIXED_LENGTH = True  # the sorting network's Dense has an output per block of the init length
 
   def carried_state(self, width: int, length: int) -> int:
     """The whole cache, 2 x length x qkv_dim: a query block reads its own block and a sorted
