@@ -188,3 +188,25 @@ def test_the_task_loads_through_lra_data_tasks(tmp_path):
   config.data.test_max_length = 61
   with pytest.raises(UserError, match="test_max_length"):
     tasks.load(config)
+
+
+def test_parity_config_is_grazzis_yaml_and_takes_every_mixer():
+  from lra import models
+  from lra.models import registry
+  c = task_config("parity").get_config("mamba")
+  assert (c.model.num_layers, c.model.emb_dim, c.model.feedforward) == (1, 16, False)
+  assert (c.num_train_steps, c.batch_size, c.learning_rate, c.warmup_steps) == \
+      (20_000, 256, 1e-3, 2_000)
+  d = c.data
+  assert (d.layout, d.train_min_length, d.train_max_length, d.test_min_length,
+          d.test_max_length, d.num_train) == ("grazzi", 3, 40, 40, 256, 5_120_000)
+  facts = tasks.FACTS["parity"]
+  for name in registry.names():
+    for option in ("", ",cpu"):
+      c = task_config("parity").get_config(name + option)
+      net = models.build(c.model.to_dict(), vocab_size=facts.vocab_size,
+                         num_classes=facts.num_classes, max_len=loader.max_len("parity", c.data),
+                         pair=False, denoise=True)  # every setting checked, no tracing
+      assert isinstance(net, models.Denoiser), name
+      if "bidirectional" in c.model.attention:
+        assert c.model.attention.bidirectional is False, name

@@ -7,7 +7,7 @@ Every task here is two functions, as in the package's other families: `draw(rng,
 count strings of task length n in the source's ids (a count x m int array; m = n but for
 modular arithmetic, whose even n give n - 1 tokens, as theirs), and `answer(x)`, the source's
 output function on those strings: (y, scored), y a count x 1 array of classes and scored None
-(every output position is scored). The samplers are the two composed (`sample`).
+(every output position is scored). specs.py composes the two into each task's sampler.
 """
 from __future__ import annotations
 
