@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from lra import config_sources as sources
 from lra.configs import published
+from lra.data.formal import rows as formal_rows
+from lra.data.formal import specs as formal_specs
 from lra.models import registry
 
 _SIZE_KEYS = ("num_layers", "emb_dim", "qkv_dim", "mlp_dim", "num_heads")
@@ -57,6 +59,17 @@ SIZES = {
     "path256": dict(base=_sizes(2, 32, 32, 32, 4),
                     paper=dict(num_layers=4, num_heads=8, mlp_dim=128, qkv_dim=128),
                     cpu=_sizes(1, 16, 16, 32, 1)),
+    # Beyond LRA, the formal-language tasks (configs/formal.py names the sources): Grazzi et
+    # al.'s parity (1 layer, d_model 16) and modular arithmetic (2 layers, d_model 128; the
+    # word problems take it too), one head, mlp_dim = D the per-token head's hidden width
+    # only (no MLP in the blocks: TASK); Deletang et al.'s Transformer encoder (5 layers,
+    # embedding 64, 8 heads, MLP 4 x 64) for their other tasks. `paper` is base.
+    **{task: dict(base=_sizes(1, 16, 16, 16, 1), paper={}, cpu=_sizes(1, 16, 16, 16, 1))
+       if task == "parity" else
+       dict(base=_sizes(2, 128, 128, 128, 1), paper={}, cpu=_sizes(2, 32, 32, 32, 1))
+       if task.startswith(("modular_arithmetic", "word_")) else
+       dict(base=_sizes(5, 64, 64, 256, 8), paper={}, cpu=_sizes(2, 32, 32, 64, 4))
+       for task in formal_specs.SPECS},
 }
 
 # Encoder settings of a task, for every model.
@@ -75,6 +88,12 @@ TASK = {
     # Path-256's original base config: CLS pooling (the default; the 32 and 128 ones pool by
     # the mean) and learned positions (classifier_pool 'CLS', learn_pos_emb True).
     "path256": dict(positions="learned"),
+    # The formal tasks: per position, no CLS token (pooling, unused, MEAN); sin/cos positions
+    # for the mixers that take them (the recurrences' own "none" wins); blocks of a mixer
+    # alone for Grazzi's recipes, with the MLP for Deletang's Transformer encoder.
+    **{task: dict(use_cls=False, pooling="MEAN", positions="sinusoidal",
+                  feedforward=not task.startswith(("parity", "modular_arithmetic", "word_")))
+       for task in formal_specs.SPECS},
 }
 
 # Encoder settings of the original repository's full configs for one (task, model), not taken
@@ -128,6 +147,11 @@ def _lra_recipes() -> tuple[dict, dict]:
 # Encoder settings per (task, model) from a recipe, taken with the `cpu` option too.
 _attention_rows, RECIPE_MODEL = _lra_recipes()
 ATTENTION.update(_attention_rows)
+# The formal tasks: every recurrence with a direction reads causally, as the sources'
+# recurrent models (Grazzi's Mamba, DeltaNet, mLSTM; Deletang's RNNs and LSTMs) do.
+ATTENTION.update({(task, name): dict(bidirectional=False) for task in formal_specs.SPECS
+                  for name in registry.names()
+                  if "bidirectional" in registry.default_settings(name)})
 
 
 # Self-pretraining (config.objective="denoise"): the fraction of a task's real tokens that are
@@ -208,6 +232,9 @@ def _length(c) -> int:
   Pathfinder, Path-X, Path-256: size x size)."""
   if "max_len" in c.data:
     return c.data.max_len
+  if c.task in formal_specs.SPECS:  # the widest split (the test lengths')
+    settings = {k: c.data[k] for k in formal_specs.defaults(c.task)}
+    return max(formal_rows.widths(c.task, settings).values())
   return c.data.size ** 2 if "size" in c.data else 32 * 32
 
 

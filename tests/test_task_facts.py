@@ -8,7 +8,8 @@ from lra.data import image, listops, pathfinder, tasks, text
 def test_the_table_covers_every_task_and_loader():
   assert tasks.NAMES == ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
   for name, facts in tasks.FACTS.items():
-    assert facts.module in ("listops", "text", "retrieval", "image", "pathfinder", "mqar"), name
+    assert facts.module in ("listops", "text", "retrieval", "image", "pathfinder", "mqar",
+                            "formal.loader"), name
     assert facts.num_classes >= 2 and facts.vocab_size >= 2
     assert 0 < facts.test_size and 0 < facts.train_size
   assert [n for n, f in tasks.FACTS.items() if f.pair] == ["retrieval"]

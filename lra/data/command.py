@@ -11,6 +11,9 @@ directory.
   python -m lra.data path256    (pathfinder with --size=256, data/pathfinder256; beyond LRA)
   python -m lra.data mqar       --data_dir=data/mqar [--vocab_size=8192 --max_len=256
                                 --num_kv_pairs=16 ...] (beyond LRA: Zoology's MQAR)
+  python -m lra.data parity     --data_dir=data/parity [--train_min_length=3 ...] (beyond LRA:
+                                the formal-language tasks, lra/data/formal/; also even_pairs,
+                                cycle_navigation, modular_arithmetic, ..., word_s5)
 
 --release_dir names the original release: its lra_release folder (the tarball's outer or inner
 one) or any folder of it (tsv_data, pathfinder<size>, a level folder); each task finds its own.
@@ -26,6 +29,7 @@ import os
 import numpy as np
 
 from lra.data import console, home, listops, mqar, pathfinder, record, release_dirs, store
+from lra.data.formal import loader as formal, specs as formal_specs
 from lra.data.pathfinder_gen.params import LEVEL_FOLDERS, SIZES
 from lra.errors import UserError, run_command
 
@@ -176,6 +180,24 @@ def _mqar(args) -> None:
     print(f"wrote {split}: {num} examples to {args.data_dir}")
 
 
+def _formal(args) -> None:
+  settings = {k: getattr(args, k) for k in formal.setting_names(args.task)}
+  formal.check_settings(args.task, settings)
+  _say(f"generating {args.task}: {formal.plan(args.task, settings)} into {args.data_dir}")
+  for split, num in formal.make_folder(args.task, args.data_dir, settings, args.seed).items():
+    print(f"wrote {split}: {num} examples to {args.data_dir}")
+
+
+def _formal_parsers(sub) -> None:
+  for task, spec in formal_specs.SPECS.items():
+    s = sub.add_parser(task, help=f"generate {task} (beyond LRA; {spec.source})")
+    s.add_argument("--data_dir", default=f"data/{task}")
+    for name, default in {**formal_specs.defaults(task), "seed": 0}.items():
+      s.add_argument(f"--{name}", default=default, type=type(default),
+                     **({"choices": spec.layouts} if name == "layout" else {}))
+    s.set_defaults(run=_formal)
+
+
 def parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(prog="python -m lra.data", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -227,6 +249,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(f"--{name}", default=default,
                    type=_truth if isinstance(default, bool) else type(default))
   s.set_defaults(run=_mqar)
+  _formal_parsers(sub)
   return p
 
 

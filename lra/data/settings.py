@@ -13,6 +13,7 @@ import dataclasses
 
 from lra import rules as s
 from lra.data import listops, mqar
+from lra.data.formal import specs as formal
 from lra.rules import Setting, declared, setting
 
 
@@ -139,10 +140,36 @@ class MqarData:
   seed: int = _seed()
 
 
+_FORMAL_DOCS = {
+    "layout": "how the string and its answer are laid out, and what a length counts "
+              "(lra/data/formal/specs.py): 'grazzi' = Grazzi et al.'s, 'deletang' = Deletang's",
+    "train_min_length": "shortest training length (the layout's length axis)",
+    "train_max_length": "longest training length",
+    "test_min_length": "shortest validation and test length",
+    "test_max_length": "longest validation and test length",
+    "num_train": "train examples generated", "num_val": "validation examples generated",
+    "num_test": "test examples generated"}
+
+
+def _formal_data(task: str) -> type:
+  """The data settings of formal task `task` (lra/data/formal/specs.py defaults; checked by
+  lra.data.formal.loader.check_settings): its folder, the generator's settings, the seed."""
+  spec = formal.SPECS[task]
+  rules = {"layout": s.Choice(spec.layouts)}
+  fields = [("data_dir", str, _where(f"data/{task}")),
+            ("generate_if_missing", bool, _generate())]
+  fields += [(name, type(value), setting(value, rules.get(name, s.Int(1)), _FORMAL_DOCS[name]))
+             for name, value in formal.defaults(task).items()]
+  fields.append(("seed", int, _seed()))
+  name = "".join(part.title() for part in task.split("_")) + "Data"
+  return dataclasses.make_dataclass(name, fields, frozen=True)
+
+
 # task -> its data settings.
 BY_TASK: dict[str, type] = {
     "listops": ListopsData, "text": TextData, "retrieval": RetrievalData, "image": ImageData,
-    "pathfinder": PathfinderData, "pathx": PathxData, "path256": Path256Data, "mqar": MqarData}
+    "pathfinder": PathfinderData, "pathx": PathxData, "path256": Path256Data, "mqar": MqarData,
+    **{task: _formal_data(task) for task in formal.SPECS}}
 
 
 def of(task: str) -> dict[str, Setting]:

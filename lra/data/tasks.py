@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 
 from lra.data import home, notes, store
+from lra.data.formal import specs as formal
 from lra.errors import UserError
 
 SPLITS = ("train", "val", "test")
@@ -52,9 +53,16 @@ FACTS: dict[str, Facts] = {
     # (Amos et al.) train it, on the release's pathfinder256 hard level: 200,000 images, 80/10/10.
     "path256": Facts("pathfinder", 2, 256, False, test_size=20000, train_size=160000,
                      lra=False),
+    # Beyond LRA: the formal-language tasks of Deletang et al. 2023 and the group word problems
+    # of Merrill et al. 2024 (lra/data/formal/), generated; per position, trained on short
+    # strings and tested on longer ones. Sizes: the default data settings'.
+    **{name: Facts("formal.loader", spec.classes, spec.vocab_size, False,
+                   test_size=formal.defaults(name)["num_test"],
+                   train_size=formal.defaults(name)["num_train"], lra=False, per_position=True)
+       for name, spec in formal.SPECS.items()},
 }
 NAMES: tuple[str, ...] = tuple(n for n, f in FACTS.items() if f.lra)  # LRA's six, its order
-# Beyond LRA: MQAR, Path-256.
+# Beyond LRA: MQAR, Path-256, the formal-language tasks.
 EXTRA: tuple[str, ...] = tuple(n for n, f in FACTS.items() if not f.lra)
 NO_TARGET = -1  # a per-position task's label where a position has no target
 
@@ -67,7 +75,9 @@ class Task:
   max_len: int
   pair: bool  # two inputs per example (dual encoder)
   # split -> {"inputs": NxL ints (+ "inputs2" for pair tasks), "labels": N ints (NxL for a
-  # per-position task)}; the token arrays may be lazy row readers (lra.data.store.Rows).
+  # per-position task)}; the token arrays may be lazy row readers (lra.data.store.Rows). The
+  # formal tasks' splits have widths of their own (max_len: the widest) and "lengths" (N ints,
+  # each example's task length: lra/data/formal/rows.py).
   splits: dict[str, dict]
   padding: bool = True  # token id 0 is padding; if False every position is real (pixels)
   per_position: bool = False  # labels NxL, NO_TARGET where none (Facts.per_position)
@@ -78,6 +88,10 @@ class Task:
   # (lra.data.notes); ListOps adds "unknown_tokens" where a file has some. The trainer writes
   # it into results.json, so a result says which data it was measured on.
   data: dict = dataclasses.field(default_factory=lambda: {"record": None, "cut": None})
+  # The per-position accuracy of a guess, 1 / the output's classes (the formal tasks; None
+  # elsewhere): their scaled accuracy (acc - chance) / (1 - chance) (Grazzi et al.'s, the
+  # xLSTM paper's) is 0 at chance and 1 when perfect.
+  chance: float | None = None
 
   @classmethod
   def of(cls, name: str, max_len: int, splits: dict[str, dict], **options) -> Task:

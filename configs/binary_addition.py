@@ -1,0 +1,9 @@
+"""Binary addition (beyond LRA; Deletang et al.'s context-sensitive task), little-endian.
+The settings, their sources and the cpu preset: configs/formal.py; the data:
+lra/data/formal/ and docs/data.md.
+"""
+from lra.configs import formal
+
+
+def get_config(arg=None):
+  return formal.get_config('binary_addition', arg)

@@ -1,0 +1,9 @@
+"""Duplicate string (beyond LRA; Deletang et al.'s context-sensitive task): ww from w.
+The settings, their sources and the cpu preset: configs/formal.py; the data:
+lra/data/formal/ and docs/data.md.
+"""
+from lra.configs import formal
+
+
+def get_config(arg=None):
+  return formal.get_config('duplicate_string', arg)

@@ -1,0 +1,9 @@
+"""The A_5 word problem (beyond LRA; Merrill et al. 2024): running products in A_5.
+The settings, their sources and the cpu preset: configs/formal.py; the data:
+lra/data/formal/ and docs/data.md.
+"""
+from lra.configs import formal
+
+
+def get_config(arg=None):
+  return formal.get_config('word_a5', arg)

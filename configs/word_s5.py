@@ -1,0 +1,9 @@
+"""The S_5 word problem (beyond LRA; Merrill et al. 2024): running products in S_5.
+The settings, their sources and the cpu preset: configs/formal.py; the data:
+lra/data/formal/ and docs/data.md.
+"""
+from lra.configs import formal
+
+
+def get_config(arg=None):
+  return formal.get_config('word_s5', arg)
