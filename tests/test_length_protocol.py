@@ -111,7 +111,7 @@ def test_a_run_trains_short_tests_long_and_records_each_length(toy, tmp_path, mo
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"lengths": np.full(40, 17)}, "lengths outside 0..16"),
+    ({"lengths": np.full(40, 18)}, "lengths outside 0..17"),
     ({"lengths": np.full((40, 1), 9)}, "one whole number per example"),
     ({"lengths": np.full(40, 9.0)}, "one whole number per example")])
 def test_malformed_lengths_are_one_line(toy, change, words):

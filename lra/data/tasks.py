@@ -81,7 +81,6 @@ class Task:
   splits: dict[str, dict]
   padding: bool = True  # token id 0 is padding; if False every position is real (pixels)
   per_position: bool = False  # labels NxL, NO_TARGET where none (Facts.per_position)
-  chance: float | None = None  # a guess's accuracy (scaled accuracy's 0); None: not named
   # What made the data (its lra.data.record, or None for files given by hand) and any cut of
   # the rows to max_len, measured on the examples read: {"record": ..., "cut": {"from": the
   # longest length, "to": max_len, examples cut, their share, per split} or None

@@ -28,6 +28,9 @@ def task_shapes(config) -> tasks.Task:
     length = image.SEQ_LEN  # CIFAR-10's 32 x 32 pixels, whatever the config
   elif "size" in data:  # Pathfinder, Path-X, Path-256: size x size pixels
     length = data.size * data.size
+  elif tasks.FACTS[config.task].module == "formal.loader":  # the widest split's, from lengths
+    from lra.data.formal import loader
+    length = loader.max_len(config.task, data)
   else:
     length = data.max_len
   # Pixels are real tokens unless config.data.black_is_padding; MQAR has no padding.

@@ -24,9 +24,17 @@ KEY = "length_generalisation"  # results.json's key
 PER_LINE = 6  # lengths per line of the table a run prints
 
 
+def longest(width: int) -> int:
+  """The longest task length a row of `width` positions may have: one past its width, since a
+  task's length may count an answer that is no input token (Grazzi et al.'s s counts it: s - 1
+  bits, the answer read at the last)."""
+  return width + 1
+
+
 def check(task) -> None:
   """Each split's "lengths", where the task gives them: one whole number per example, from 0 to
-  the split's width (its bins in the evaluation step); and a chance, where named, in [0, 1).
+  longest(the split's width) (its bins in the evaluation step); and a chance, where named, in
+  [0, 1).
   Malformed data is one UserError naming the split."""
   chance = task.chance
   if chance is not None and not (isinstance(chance, (int, float)) and 0.0 <= chance < 1.0):
@@ -41,9 +49,9 @@ def check(task) -> None:
       raise UserError(f"the {name} split of task {task.name!r} has lengths of shape "
                       f"{lengths.shape} and type {lengths.dtype}; give one whole number per "
                       f"example")
-    if lengths.size and (lengths.min() < 0 or lengths.max() > width):
-      raise UserError(f"the {name} split of task {task.name!r} has lengths outside 0..{width} "
-                      f"(its width); a task length is at most its row's width")
+    if lengths.size and (lengths.min() < 0 or lengths.max() > longest(width)):
+      raise UserError(f"the {name} split of task {task.name!r} has lengths outside "
+                      f"0..{longest(width)} (its width {width}, and one answer past it)")
 
 
 def rows(total: dict[str, Any]) -> list[dict[str, Any]]:

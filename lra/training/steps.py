@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from lra.training import per_length
+
 
 def _logits(model, pair: bool, params, batch_stats, batch, **kwargs):
   variables = {**params, "batch_stats": batch_stats}
@@ -40,10 +42,12 @@ def length_sums(correct_B, count_B, lengths_B, bins: int):
 
 def _with_lengths(metrics, batch, scored):
   """`metrics` and, where the batch holds the examples' task lengths ("lengths": never given to
-  the model), their per-length sums, a bin per length up to the batch's width; `scored()`:
-  (correct_B, count_B) of each example, the padded rows' count 0."""
+  the model), their per-length sums, a bin per length up to one past the batch's width
+  (per_length.longest); `scored()`: (correct_B, count_B) of each example, the padded rows'
+  count 0."""
   if "lengths" in batch:
-    metrics.update(length_sums(*scored(), batch["lengths"], batch["inputs"].shape[1] + 1))
+    bins = per_length.longest(batch["inputs"].shape[1]) + 1
+    metrics.update(length_sums(*scored(), batch["lengths"], bins))
   return metrics
 
 
