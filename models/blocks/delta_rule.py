@@ -35,8 +35,9 @@ def l2_normalise(x_BxLxHxK):
 
 
 class DeltaRuleMixer(RecurrentMixer):
-  """The base of DeltaNet, Gated DeltaNet and DeltaProduct: H = num_heads heads of K = D / H key channels
-  and V = value_expand x K value channels (a subclass with V != K overrides `value_expand`)."""
+  """The base of DeltaNet, Gated DeltaNet and DeltaProduct: H = num_heads heads of K = D / H
+  key channels and V = value_expand x K value channels (a subclass with V != K overrides
+  `value_expand`)."""
   conv_kernel: int = s.setting(4, s.Int(1), "kernel of the depthwise causal convs on q, k, v "
                                "(fla's conv_size)")
   allow_neg_eigval: bool = s.setting(False, s.Bool(), "beta = 2 sigmoid(.): the transition's "

@@ -32,8 +32,8 @@ H = num_heads (the encoder's), K = D / H and V = expand_v K per head, n = num_ho
                                              weight of V, eps 1e-5), g_proj D -> H V; use_gate
                                              False (fla's use_output_gate): no gate
 o_proj: H V -> D, no bias. The heads, convs, norms, beta, decay and output are Gated
-DeltaNet's (their base class, DeltaRuleMixer: models/blocks/delta_rule.py); n_h = 1 is Gated
-DeltaNet (DeltaNet without the forget gate, at expand_v 1).
+DeltaNet's (their base class, DeltaRuleMixer: models/blocks/delta_rule.py); n_h = 1 without
+allow_neg_eigval is Gated DeltaNet (DeltaNet without the forget gate, at expand_v 1).
 
 Initialisation (the layer's): A uniform in (0, 16) per head, A_log = log A; dt log-uniform in
 [0.001, 0.1] (floored at 1e-4), dt_bias = softplus^-1(dt); projections and convs PyTorch's

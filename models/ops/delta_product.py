@@ -3,7 +3,8 @@ Linear RNNs via Householder Products") on the recurrent core's delta rule: each 
 takes N delta-rule steps, with N keys k_{t,1..N} (unit norm), values and strengths beta, so
 that its transition is a product of N generalised Householder matrices:
     S_t = H_{t,N} ... H_{t,1} a_t S_{t-1} + (the N writes),   H_{t,j} = I - beta_{t,j} k k^T
-    S_{t,0} = a_t S_{t-1};  S_{t,j} = S_{t,j-1} + beta_{t,j} k_{t,j} (v_{t,j} - S_{t,j-1}^T k_{t,j})^T
+    S_{t,0} = a_t S_{t-1}
+    S_{t,j} = S_{t,j-1} + beta_{t,j} k_{t,j} (v_{t,j} - S_{t,j-1}^T k_{t,j})^T,  j = 1..N
     S_t = S_{t,N},  o_t = S_t^T q_t
 with beta in (0, 2) the eigenvalues of each factor reach (-1, 1] (Grazzi et al. 2025), and a_t
 = exp(log_decay_t) the optional forget gate, one per position.
