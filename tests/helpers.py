@@ -22,6 +22,7 @@ TINY_SETTINGS = {
     "based": dict(feature_dim=4, window=3, chunk_size=4),
     "bigbird": dict(block_size=4, num_random_blocks=1, num_extra_global=4),
     "deltanet": dict(chunk_size=4),
+    "deltaproduct": dict(chunk_size=4),
     "gated_deltanet": dict(chunk_size=4),
     "gla": dict(chunk_size=4, gate_low_rank_dim=4),
     "hgrn2": dict(chunk_size=4),

@@ -119,6 +119,32 @@ def signed_loop(q, k, v, mask, decay=None, beta=None, log_write=None, reverse=Fa
   return o
 
 
+def householder_loop(q, k, v, beta, mask, *, alpha=None, reverse=False):
+  """DeltaProduct's recurrence: at each position t (from the end with `reverse`) the state is
+  decayed, S = alpha_t S, then taken through its N Householder steps in order,
+  S = (I - beta_{t,j} k_{t,j} k_{t,j}^T) S + beta_{t,j} k_{t,j} v_{t,j}^T (the matrix form),
+  and read, o_t = S^T q_t; k: B x L x N x H x K, v: B x L x N x H x V, beta: B x L x N x H,
+  alpha: B x L x H (1 without a decay). A padded position leaves S and outputs 0."""
+  batch, _, steps, heads, key = k.shape
+  alpha = jnp.ones((batch, k.shape[1], heads)) if alpha is None else alpha
+  eye = jnp.eye(key)[None, None]
+  swap = lambda a: jnp.swapaxes(a, -1, -2)
+
+  def step(S, xs):
+    q_t, k_t, v_t, b_t, a_t, real = xs  # B x H x K, B x N x H x K, .., B x N x H, B x H, B
+    new = a_t[..., None, None] * S
+    for j in range(steps):
+      k_j, b_j = k_t[:, j][..., :, None], b_t[:, j][..., None, None]
+      new = (eye - b_j * (k_j @ swap(k_j))) @ new + b_j * (k_j @ v_t[:, j][..., None, :])
+    S = jnp.where(real[:, None, None, None], new, S)
+    o_t = (swap(S) @ q_t[..., None])[..., 0]
+    return S, jnp.where(real[:, None, None], o_t, 0.0)
+
+  xs = [jnp.moveaxis(jnp.asarray(a), 1, 0) for a in (q, k, v, beta, alpha, mask)]
+  S = jnp.zeros((batch, heads, key, v.shape[-1]))
+  return jnp.moveaxis(jax.lax.scan(step, S, xs, reverse=reverse)[1], 0, 1)
+
+
 # --- the layers ---
 
 
@@ -213,29 +239,33 @@ def hgrn2(p, x, mask, bound, variant="fla", bidirectional=False):
 
 
 def delta_net(p, x, mask, heads, *, gated=False, bidirectional=False, use_beta=True,
-              use_gate=False, allow_neg_eigval=False):
+              use_gate=False, allow_neg_eigval=False, householder=0):
   """fla's DeltaNet layer (gated: GatedDeltaNet's, with the decay
-  alpha = exp(-exp(A_log) softplus(a_proj(x) + dt_bias))) written out from its equations."""
+  alpha = exp(-exp(A_log) softplus(a_proj(x) + dt_bias))) written out from its equations;
+  householder=N: GatedDeltaProduct's, N keys, values and betas per position (k_proj, v_proj
+  and b_proj give them step-major, '(n h d)') and householder_loop."""
   batch, length, _ = x.shape
   x = jnp.where(jnp.asarray(mask)[..., None], x, 0.0)
+  steps = (householder,) if householder else ()
 
-  def branch(name):
+  def branch(name, copies=()):
     y = silu(causal_conv(x @ p[f"{name}_proj"]["kernel"], p[f"{name}_conv1d"]["weight"]))
-    return y.reshape(batch, length, heads, -1)
+    return y.reshape((batch, length) + copies + (heads, -1))
 
   unit = lambda a: a / jnp.sqrt(jnp.sum(a * a, -1, keepdims=True) + 1e-6)
-  q, k, v = branch("q"), unit(branch("k")), branch("v")
+  q, k, v = branch("q"), unit(branch("k", steps)), branch("v", steps)
   q = unit(q) / np.sqrt(q.shape[-1])
   beta = 1.0 / (1.0 + jnp.exp(-x @ p["b_proj"]["kernel"])) if use_beta else \
       jnp.ones((batch, length, heads))
-  beta = 2 * beta if allow_neg_eigval else beta
+  beta = (2 * beta if allow_neg_eigval else beta).reshape((batch, length) + steps + (heads,))
   alpha = None
   if gated:
     dt = softplus(x @ p["a_proj"]["kernel"] + p["dt_bias"][None, None])
     alpha = jnp.exp(-jnp.exp(p["A_log"])[None, None] * dt)
-  o = delta_loop(q, k, v, beta, mask, alpha=alpha)
+  loop = householder_loop if householder else delta_loop
+  o = loop(q, k, v, beta, mask, alpha=alpha)
   if bidirectional:
-    o = 0.5 * (o + delta_loop(q, k, v, beta, mask, alpha=alpha, reverse=True))
+    o = 0.5 * (o + loop(q, k, v, beta, mask, alpha=alpha, reverse=True))
   o = rms_norm(o, p["o_norm"]["scale"])
   if use_gate:
     o = o * silu(x @ p["g_proj"]["kernel"]).reshape(o.shape)

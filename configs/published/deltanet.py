@@ -1,5 +1,5 @@
 """DeltaNet's LRA settings -- OUR CHOICE at S5's size, not published: read
-configs/published/recurrent.py first (what the six recurrent tables share).
+configs/published/recurrent.py first (what the recurrent tables at S5's size share).
 
 DeltaNet (Schlag et al. 2021; Yang et al. 2024) reports no Long Range Arena results and
 released no LRA setup.

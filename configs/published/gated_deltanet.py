@@ -1,5 +1,5 @@
 """Gated DeltaNet's LRA settings -- OUR CHOICE at S5's size, not published: read
-configs/published/recurrent.py first (what the six recurrent tables share).
+configs/published/recurrent.py first (what the recurrent tables at S5's size share).
 
 Gated DeltaNet (Yang, Kautz & Hatamizadeh 2025) reports no Long Range Arena results and
 released no LRA setup.

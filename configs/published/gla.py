@@ -1,5 +1,5 @@
 """GLA's LRA settings -- OUR CHOICE at S5's size, not published: read
-configs/published/recurrent.py first (what the six recurrent tables share).
+configs/published/recurrent.py first (what the recurrent tables at S5's size share).
 
 GLA (Yang et al. 2023) reports no Long Range Arena results and released no LRA setup.
 - Block: fla's GLABlock, gated linear attention then an MLP sub-layer (hidden_ratio r = 4).

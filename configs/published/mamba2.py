@@ -1,5 +1,5 @@
 """Mamba-2's LRA settings -- OUR CHOICE at S5's size, not published: read
-configs/published/recurrent.py first (what the six recurrent tables share).
+configs/published/recurrent.py first (what the recurrent tables at S5's size share).
 
 Mamba-2 (Dao & Gu 2024) reports no Long Range Arena results and released no LRA setup.
 - Block: Mamba's residual block, the mixer alone (feedforward=False): the official Mamba2

@@ -1,5 +1,5 @@
 """RetNet's LRA settings -- OUR CHOICE at S5's size, not published: read
-configs/published/recurrent.py first (what the six recurrent tables share).
+configs/published/recurrent.py first (what the recurrent tables at S5's size share).
 
 RetNet (Sun et al. 2023) reports no Long Range Arena results and released no LRA setup.
 - Block: RetNet's, multi-scale retention then an MLP sub-layer (the paper's FFN; fla's RetNet

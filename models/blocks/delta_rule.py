@@ -1,21 +1,31 @@
-"""What DeltaNet and Gated DeltaNet share (fla's DeltaNet and GatedDeltaNet layers): the
-heads' q, k, v (projection, short causal convolution + SiLU, l2 norm of q and k, q scaled),
-the writing strength beta, and the output (RMS norm, optionally gated by SiLU(g_proj(x)),
-then o_proj), as the base class of both. The recurrence is the core's delta form
-(models/ops/matrix_recurrence.py)."""
+"""What DeltaNet, Gated DeltaNet and DeltaProduct share (fla's DeltaNet, GatedDeltaNet and
+GatedDeltaProduct layers): the heads' q, k, v (projection, short causal convolution + SiLU, l2
+norm of q and k, q scaled; DeltaProduct's several keys and values per position), the writing
+strength beta, the data-dependent decay (Gated DeltaNet's, DeltaProduct's forget gate), and
+the output (RMS norm, optionally gated by SiLU(g_proj(x)), then o_proj), as their base class.
+The recurrence is the core's delta form (models/ops/matrix_recurrence.py)."""
 from __future__ import annotations
+
+import math
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from lra import rules as s
-from lra.models.blocks.init import torch_default
+from lra.models.blocks.init import dt_bias_init, torch_default
 from lra.models.blocks.norms import gated_output
 from lra.models.blocks.recurrent import RecurrentMixer
 from lra.models.blocks.short_conv import ShortConv
 
 L2_EPS = 1e-6  # fla's l2norm: x / sqrt(sum x^2 + eps)
+A_MAX = 16.0  # A uniform in (0, A_MAX) per head (fla's layers)
+DT_RANGE = (0.001, 0.1)  # dt log-uniform in it at init (fla's layers: "hard coded for now")
+
+
+def init_A_log(key, shape, dtype=jnp.float32):
+  """log A, A uniform in (0, A_MAX]: A_MAX (1 - u), u in [0, 1), is never 0."""
+  return jnp.log(A_MAX * (1.0 - jax.random.uniform(key, shape, dtype)))
 
 
 def l2_normalise(x_BxLxHxK):
@@ -25,8 +35,9 @@ def l2_normalise(x_BxLxHxK):
 
 
 class DeltaRuleMixer(RecurrentMixer):
-  """The base of DeltaNet and Gated DeltaNet: H = num_heads heads of K = D / H key channels
-  and V = value_expand x K value channels (a subclass with V != K overrides `value_expand`)."""
+  """The base of DeltaNet, Gated DeltaNet and DeltaProduct: H = num_heads heads of K = D / H
+  key channels and V = value_expand x K value channels (a subclass with V != K overrides
+  `value_expand`)."""
   conv_kernel: int = s.setting(4, s.Int(1), "kernel of the depthwise causal convs on q, k, v "
                                "(fla's conv_size)")
   allow_neg_eigval: bool = s.setting(False, s.Bool(), "beta = 2 sigmoid(.): the transition's "
@@ -53,23 +64,37 @@ class DeltaRuleMixer(RecurrentMixer):
     return nn.Dense(features, use_bias=False, dtype=self.dtype, kernel_init=torch_default,
                     name=name)
 
-  def heads_qkv(self, h_BxLxD, mask_BxL, key: int, value: int):
+  def heads_qkv(self, h_BxLxD, mask_BxL, key: int, value: int, steps: int | None = None):
     """q (l2-normalised, scaled K^-1/2), k (l2-normalised): B x L x H x K; v: B x L x H x V;
-    float32."""
+    float32. With `steps` (DeltaProduct's keys and values per position) k and v are
+    B x L x steps x H x K|V, from one projection and one conv each (fla's '(n h d)' order)."""
     heads = self.num_heads
 
-    def branch(name: str, per_head: int):
-      y = self.dense(heads * per_head, f"{name}_proj")(h_BxLxD)
+    def branch(name: str, per_head: int, copies: tuple[int, ...] = ()):
+      y = self.dense(math.prod(copies) * heads * per_head, f"{name}_proj")(h_BxLxD)
       y = ShortConv(self.conv_kernel, activation=True, name=f"{name}_conv1d")(y, mask_BxL)
-      return y.reshape(y.shape[:2] + (heads, per_head))  # fla's '(h d)': head-major
+      return y.reshape(y.shape[:2] + copies + (heads, per_head))  # fla's '(h d)': head-major
 
+    copies = () if steps is None else (steps,)
     q_BxLxHxK = l2_normalise(branch("q", key)) * key ** -0.5
-    return q_BxLxHxK, l2_normalise(branch("k", key)), branch("v", value)
+    return q_BxLxHxK, l2_normalise(branch("k", key, copies)), branch("v", value, copies)
 
-  def beta(self, h_BxLxD):
-    """beta_BxLxH = sigmoid(b_proj(x)) (x 2 with allow_neg_eigval), float32."""
-    b = jax.nn.sigmoid(self.dense(self.num_heads, "b_proj")(h_BxLxD).astype(jnp.float32))
+  def beta(self, h_BxLxD, steps: int | None = None):
+    """beta_BxLxH = sigmoid(b_proj(x)) (x 2 with allow_neg_eigval), float32; with `steps`,
+    B x L x steps x H (fla's '(n h)' order)."""
+    copies = () if steps is None else (steps,)
+    b = self.dense(math.prod(copies) * self.num_heads, "b_proj")(h_BxLxD).astype(jnp.float32)
+    b = jax.nn.sigmoid(b.reshape(b.shape[:2] + copies + (self.num_heads,)))
     return 2.0 * b if self.allow_neg_eigval else b
+
+  def log_decay(self, h_BxLxD):
+    """log alpha_BxLxH = -exp(A_log) softplus(a_proj(x) + dt_bias), float32 (Gated DeltaNet's
+    decay, DeltaProduct's forget gate: Mamba-2's dt and A)."""
+    heads = self.num_heads
+    A_log_H = self.param("A_log", init_A_log, (heads,))
+    dt_bias_H = self.param("dt_bias", dt_bias_init(*DT_RANGE), (heads,))
+    a_BxLxH = self.dense(heads, "a_proj")(h_BxLxD).astype(jnp.float32)
+    return -jnp.exp(A_log_H)[None, None] * jax.nn.softplus(a_BxLxH + dt_bias_H[None, None])
 
   def output(self, o_BxLxHxV, h_BxLxD, width: int):
     """o_proj(RMSNorm(o)), or o_proj(RMSNorm(o) * SiLU(g_proj(x))) with use_gate; o_proj a

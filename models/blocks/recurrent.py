@@ -1,7 +1,8 @@
 """The base class of the recurrent family (Mamba-2, RetNet, GLA, HGRN2, DeltaNet, Gated
-DeltaNet, mLSTM): the settings of the core (models/ops/matrix_recurrence.py: its form and chunk
-size) and of the direction, and what every member has the same way: the heads (the encoder's
-num_heads, checked), the state count from each mixer's head sizes, and the input setup.
+DeltaNet, DeltaProduct, mLSTM): the settings of the core (models/ops/matrix_recurrence.py: its
+form and chunk size) and of the direction, and what every member has the same way: the heads
+(the encoder's num_heads, checked), the state count from each mixer's head sizes, and the input
+setup; a member whose position takes several core steps (DeltaProduct) overrides `core`.
 
 Bidirectional (LRA's tasks are non-causal): the core runs over the sequence and over the
 reversed sequence with the same queries, keys, values and gates, and the two outputs are
@@ -88,14 +89,20 @@ class RecurrentMixer(Mixer):
     """The mixer's input: zero at padded positions, in the compute dtype."""
     return masked_input(x_BxLxD, mask_BxL).astype(self.dtype)
 
+  def core(self, q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, reverse: bool, **gates):
+    """One direction's (output, stabiliser) of the core at the mixer's form and chunk size. A
+    mixer whose position takes several core steps (DeltaProduct) lays them out here."""
+    return recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, form=self.form,
+                      chunk_size=self.chunk_size, reverse=reverse, **gates)
+
   def run(self, q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, finish=None, **gates):
     """The core forward (and backward when bidirectional, averaged); finish(o, m) turns each
     direction's (output, stabiliser) into its result (default: the output)."""
     finish = finish or (lambda o, m: o)
 
     def direction(reverse: bool):
-      return finish(*recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, form=self.form,
-                                chunk_size=self.chunk_size, reverse=reverse, **gates))
+      return finish(*self.core(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, reverse=reverse,
+                               **gates))
 
     y = direction(False)
     if not self.bidirectional:

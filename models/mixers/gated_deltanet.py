@@ -26,7 +26,7 @@ width, H = num_heads (the encoder's), K = D / H and V = expand_v K per head:
                                                       D -> H V; use_gate False: no gate
 o_proj: H V -> D, no bias. Everything but the decay (A_log, dt_bias, a_proj), expand_v and
 the gate's default is DeltaNet's (models/mixers/deltanet.py; their base class,
-DeltaRuleMixer, is models/blocks/delta_rule.py).
+DeltaRuleMixer, is models/blocks/delta_rule.py, which holds the decay too).
 
 Initialisation (the layer's): A uniform in (0, 16) per head, A_log = log A; dt log-uniform in
 [0.001, 0.1] (floored at 1e-4), dt_bias = softplus^-1(dt) (Mamba's); projections and convs
@@ -60,22 +60,10 @@ No attention weights and no dropout inside (ATTENTION_DROPOUT False).
 from __future__ import annotations
 
 import flax.linen as nn
-import jax
-import jax.numpy as jnp
 
 from lra import rules as s
 from lra.models.blocks.delta_rule import DeltaRuleMixer
-from lra.models.blocks.init import dt_bias_init
 from lra.models.registry import register
-
-A_MAX = 16.0  # A uniform in (0, A_MAX) per head (fla's layer)
-DT_RANGE = (0.001, 0.1)  # dt log-uniform in it at init (fla's layer: "hard coded for now")
-
-
-def init_A_log(key, shape, dtype=jnp.float32):
-  """log A, A uniform in (0, A_MAX]: A_MAX (1 - u), u in [0, 1), is never 0."""
-  return jnp.log(A_MAX * (1.0 - jax.random.uniform(key, shape, dtype)))
-
 
 @register("gated_deltanet")
 class GatedDeltaNet(DeltaRuleMixer):
@@ -94,14 +82,6 @@ class GatedDeltaNet(DeltaRuleMixer):
   @property
   def value_expand(self) -> int:
     return self.expand_v
-
-  def log_decay(self, h_BxLxD):
-    """log alpha_BxLxH = -exp(A_log) softplus(a_proj(x) + dt_bias), float32."""
-    heads = self.num_heads
-    A_log_H = self.param("A_log", init_A_log, (heads,))
-    dt_bias_H = self.param("dt_bias", dt_bias_init(*DT_RANGE), (heads,))
-    a_BxLxH = self.dense(heads, "a_proj")(h_BxLxD).astype(jnp.float32)
-    return -jnp.exp(A_log_H)[None, None] * jax.nn.softplus(a_BxLxH + dt_bias_H[None, None])
 
   @nn.compact
   def __call__(self, x_BxLxD, mask_BxL, *, deterministic: bool):
