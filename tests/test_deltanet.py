@@ -37,7 +37,10 @@ def _params(mixer, x, mask, seed=3):
   return helpers.perturb(variables, seed=seed, scale=0.2)
 
 
-SETTINGS = [dict(), dict(bidirectional=True, use_gate=True, allow_neg_eigval=True, conv_kernel=2),
+# The second (both passes, the gate, beta to 2, another kernel) runs the default's code and more;
+# the default's own settings and no beta `-m slow`.
+SETTINGS = [pytest.param(dict(), marks=pytest.mark.slow),
+            dict(bidirectional=True, use_gate=True, allow_neg_eigval=True, conv_kernel=2),
             pytest.param(dict(use_beta=False), marks=pytest.mark.slow)]
 
 

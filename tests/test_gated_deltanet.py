@@ -45,7 +45,10 @@ def _params(mixer, x, mask, seed=3):
   return variables
 
 
-SETTINGS = [dict(), dict(bidirectional=True, allow_neg_eigval=True, expand_v=1, conv_kernel=2),
+# The second (both passes, beta to 2, V = K, another kernel) runs the default's code and more;
+# the default's own settings and no gate `-m slow`.
+SETTINGS = [pytest.param(dict(), marks=pytest.mark.slow),
+            dict(bidirectional=True, allow_neg_eigval=True, expand_v=1, conv_kernel=2),
             pytest.param(dict(use_gate=False), marks=pytest.mark.slow)]
 
 

@@ -103,7 +103,9 @@ def _reference(variables, x, mask, causal=True, modulate=True):
   return jnp.stack(rows)
 
 
-SETTINGS = [dict(causal=True), dict(emb_dim=5, short_filter_order=2),
+# Another positional embedding width and filter order (the same code at other sizes) `-m slow`.
+SETTINGS = [dict(causal=True),
+            pytest.param(dict(emb_dim=5, short_filter_order=2), marks=pytest.mark.slow),
             pytest.param(dict(causal=True, modulate=False, num_inner_mlps=0),
                          marks=pytest.mark.slow)]
 

@@ -47,7 +47,8 @@ def _f32(p):
   return jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), p)
 
 
-@pytest.mark.parametrize("bidirectional", [False, True])
+# Both passes by default (the forward one among them); one pass alone `-m slow`.
+@pytest.mark.parametrize("bidirectional", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_layer_matches_the_reference_outputs_and_input_gradients(bidirectional):
   """Rows with trailing padding equal the reference on their real tokens alone, and so do
   the gradients of <real outputs, cotangent> with respect to the input."""

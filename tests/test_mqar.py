@@ -199,6 +199,9 @@ def test_mqar_has_its_own_table_and_leaves_the_averages(tmp_path):
   assert "mqar" in (tmp_path / "b" / "accuracy.csv").read_text()
 
 
+# `-m slow`: two commands and a compile (the per-position trainer runs in-process in the
+# length protocol's test, train.py's path in test_cli's).
+@pytest.mark.slow
 @pytest.mark.commands
 def test_a_tiny_run_through_train_py_and_the_data_command(tmp_path):
   data = tmp_path / "data"

@@ -140,11 +140,12 @@ SHORT = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}  # one ch
 
 
 # The tests that read the module's two finished runs run on one xdist worker (pytest.ini's
-# --dist loadgroup): each run is made once, not once on each worker.
+# --dist loadgroup), and the runs are kept for the worker's session (a module's fixture is
+# made again each time the worker comes back to the module): each run is made once.
 SHARES_THE_RUNS = pytest.mark.xdist_group("pretrain_runs")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pretrained(listops_dir, tmp_path_factory):
   """A finished two-step tiny ListOps denoise run of the Transformer (best/2), the run the
   init_from tests start from: (workdir, results). Tests copy it where they change it."""
@@ -154,7 +155,7 @@ def pretrained(listops_dir, tmp_path_factory):
   return types.SimpleNamespace(workdir=workdir, results=result)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def classified(listops_dir, tmp_path_factory) -> str:
   """The workdir of a finished two-step tiny ListOps classification run (best/2 and
   checkpoints/2). Tests read it, or copy it where they change it."""
