@@ -33,8 +33,10 @@ def _params(mixer, mask):
                                               deterministic=True), scale=0.5)
 
 
-@pytest.mark.parametrize("bidirectional,combine", [(False, "mean"), (True, "mean"),
-                                                   (True, "gated")])
+# Both passes averaged `-m slow`: the gated combination runs both passes too (and one pass is
+# the first row).
+@pytest.mark.parametrize("bidirectional,combine", [
+    (False, "mean"), pytest.param(True, "mean", marks=pytest.mark.slow), (True, "gated")])
 def test_layer_matches_a_step_loop(bidirectional, combine):
   """Outputs and gradients (parameters and input) of the chunked layer equal the loop; a row
   with trailing padding included; a gate normalizer of 2 makes the decays strong."""

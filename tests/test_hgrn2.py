@@ -49,8 +49,10 @@ def _check_against_reference(mixer, reference, seed):
   assert np.abs(np.asarray(expected_grads[1])).max() > 1e-3  # input gradients that matter
 
 
+# The recurrent form `-m slow` (the family's test compares it with the chunked one).
 @pytest.mark.parametrize("variant, bidirectional, form", [
-    ("fla", False, "chunked"), ("lra", True, "chunked"), ("fla", True, "recurrent")])
+    ("fla", False, "chunked"), ("lra", True, "chunked"),
+    pytest.param("fla", True, "recurrent", marks=pytest.mark.slow)])
 def test_layer_matches_the_step_loop_reference(variant, bidirectional, form):
   """Outputs and gradients (parameters and input) of the layer equal the reference's, on rows
   with trailing padding; lower bound 2 / 4 (layer 2 of 4, "fixed")."""

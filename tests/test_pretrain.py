@@ -139,12 +139,8 @@ def _record_steps(patch, seen):
 SHORT = {"num_train_steps": 2, "eval_every": 2, "checkpoint_every": 2}  # one checkpoint: step 2
 
 
-# The tests that read the module's two finished runs run on one xdist worker (pytest.ini's
-# --dist loadgroup), and the runs are kept for the worker's session (a module's fixture is
-# made again each time the worker comes back to the module): each run is made once.
-SHARES_THE_RUNS = pytest.mark.xdist_group("pretrain_runs")
-
-
+# The two finished runs are kept for the worker's session: a module's fixture is made again
+# each time an xdist worker comes back to the module.
 @pytest.fixture(scope="session")
 def pretrained(listops_dir, tmp_path_factory):
   """A finished two-step tiny ListOps denoise run of the Transformer (best/2), the run the
@@ -238,7 +234,6 @@ def _check_loads_exactly(config, workdir):
   return record
 
 
-@SHARES_THE_RUNS
 def test_init_from_loads_the_encoder_bit_for_bit_and_a_fresh_head(pretrained, listops_dir,
                                                                    tmp_path):
   config = tiny_config(listops_dir, init_from=pretrained.workdir)
@@ -256,7 +251,6 @@ def test_init_from_works_for_other_mixers(mixer, listops_dir, tmp_path):
   _check_loads_exactly(tiny_config(listops_dir, mixer, init_from=source), str(tmp_path / "ft"))
 
 
-@SHARES_THE_RUNS
 def test_fine_tune_records_its_source_and_a_resume_keeps_its_own_encoder(pretrained,
                                                                         listops_dir, tmp_path):
   source = str(tmp_path / "pre")
@@ -287,7 +281,6 @@ def _refused_resume(config, ft) -> str:
   return line
 
 
-@SHARES_THE_RUNS
 def test_a_resumed_fine_tune_whose_source_changed_is_refused(pretrained, listops_dir, tmp_path):
   """The source run was made again with other settings, or trained on (its best checkpoint is
   another now) after the fine-tune started from it: the fine-tune would go on from the old
@@ -377,7 +370,6 @@ def _check_mask_row(source, config, workdir, done: str | None, train: bool = Fal
     assert run["num_train_steps"] == config.num_train_steps
 
 
-@SHARES_THE_RUNS
 def test_init_from_chains_through_the_mask_token_row(pretrained, classified, listops_dir,
                                                     tmp_path):
   """A denoise run's token table has the mask token's row, a classifier's
@@ -423,7 +415,6 @@ def test_init_from_chains_through_the_linear_encoders_mask_vector(listops_dir, t
       np.testing.assert_array_equal(value, expected, key)
 
 
-@SHARES_THE_RUNS
 def test_init_from_a_run_whose_checkpoints_are_damaged_names_the_file(classified, listops_dir,
                                                                       tmp_path):
   """The run did save a checkpoint; the line says it is damaged, and which
@@ -451,7 +442,6 @@ def test_init_from_a_run_whose_checkpoints_are_damaged_names_the_file(classified
 
 # --- one line for every bad value -----------------------------------------------------------
 
-@SHARES_THE_RUNS
 def test_init_from_another_mixer_or_size_is_one_line(pretrained, listops_dir, tmp_path):
   other = tiny_config(listops_dir, "performer", init_from=pretrained.workdir)
   with pytest.raises(UserError) as e:
@@ -530,7 +520,6 @@ def test_an_outside_mixers_spt_row_is_titled_as_the_readme_says(tmp_path):
   assert paper.model_title("transformer_rotary_spt") == "Transformer (rotary) (SPT)"
 
 
-@SHARES_THE_RUNS
 def test_a_run_from_a_classifiers_encoder_is_a_row_of_its_own(classified, listops_dir,
                                                                tmp_path):
   """A run started from a finished classification run (init.objective classify) is
