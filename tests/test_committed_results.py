@@ -82,6 +82,11 @@ def test_the_committed_accuracy_table_is_drawn_again_from_its_folder(tmp_path):
           ("accuracy.md", "accuracy.csv", "accuracy.json"))
 
 
+def test_the_committed_length_chart_is_drawn_again_from_its_folder(tmp_path):
+  _redraw(tmp_path, "parity_cpu", "length", ("length.md", "length.json"))
+  assert (tmp_path / "out" / "length.png").stat().st_size > 0
+
+
 def test_relative_paths_local_and_remote(tmp_path):
   run = tmp_path / "runs" / "listops" / "a"
   assert paths.relative(run / "best" / "30", run) == "best/30"
