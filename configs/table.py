@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from lra import config_sources as sources
 from lra.configs import published
-from lra.data.formal import rows as formal_rows
+from lra.data.formal import loader as formal_loader
 from lra.data.formal import specs as formal_specs
 from lra.models import registry
 
@@ -236,8 +236,7 @@ def _length(c) -> int:
   if "max_len" in c.data:
     return c.data.max_len
   if c.task in formal_specs.SPECS:  # the widest split (the test lengths')
-    settings = {k: c.data[k] for k in formal_specs.defaults(c.task)}
-    return max(formal_rows.widths(c.task, settings).values())
+    return formal_loader.max_len(c.task, c.data)
   return c.data.size ** 2 if "size" in c.data else 32 * 32
 
 
