@@ -54,8 +54,9 @@ RECIPES = {
                      grad_clip_norm=1.0),
 }
 RECIPE_OF = {"parity": "grazzi_parity", "modular_arithmetic": "grazzi_arithmetic",
-             "modular_arithmetic_brackets": "grazzi_arithmetic", "word_z60": "grazzi_arithmetic",
-             "word_a5": "grazzi_arithmetic", "word_s5": "grazzi_arithmetic"}
+             "modular_arithmetic_brackets": "grazzi_arithmetic", "word_s3": "grazzi_arithmetic",
+             "word_z60": "grazzi_arithmetic", "word_a5": "grazzi_arithmetic",
+             "word_s5": "grazzi_arithmetic"}
 # The cpu preset's data: 50,000 training strings, 1,000 to validate and test, test lengths to
 # 100 (so evaluating stays a small share of a short run).
 PRESET_CPU = dict(num_train=50_000, num_val=1_000, num_test=1_000, test_max_length=100)

@@ -105,8 +105,8 @@ def _permutation_products(n, even_only):
   return compose, len(perms)
 
 
-@pytest.mark.parametrize("task, n, even_only", [("word_z60", 0, False), ("word_a5", 5, True),
-                                                 ("word_s5", 5, False)])
+@pytest.mark.parametrize("task, n, even_only", [("word_s3", 3, False), ("word_z60", 0, False),
+                                                 ("word_a5", 5, True), ("word_s5", 5, False)])
 def test_word_problems_are_running_products(task, n, even_only):
   compose, order = ((lambda a, b: (a + b) % 60), 60) if not n else \
       _permutation_products(n, even_only)

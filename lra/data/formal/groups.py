@@ -24,7 +24,7 @@ import itertools
 
 import numpy as np
 
-GROUPS = ("Z60", "A5", "S5")
+GROUPS = ("S3", "Z60", "A5", "S5")
 
 
 def _permutations(n: int) -> list[tuple[int, ...]]:

@@ -89,6 +89,7 @@ SPECS: dict[str, Spec] = {
                                  "cs/binary_addition.py"),
     "bucket_sort": _deletang(cs.buckets_draw, cs.bucket_sort_answer, cs.BUCKETS, cs.BUCKETS,
                              "sequence", "cs/bucket_sort.py"),
+    "word_s3": _word("S3"),
     "word_z60": _word("Z60"),
     "word_a5": _word("A5"),
     "word_s5": _word("S5"),
