@@ -152,9 +152,12 @@ ATTENTION.update(_attention_rows)
 ATTENTION.update({(task, name): dict(bidirectional=False) for task in formal_specs.SPECS
                   for name in registry.names()
                   if "bidirectional" in registry.default_settings(name)})
-# Grazzi et al.'s DeltaNet on parity has 4 heads of 4 (xlstm/experiments/
-# parity_delta_net_single_layer.yaml: n_heads 4, d_model 16); their Mamba has none to set.
-RECIPE_MODEL[("parity", "deltanet")] = dict(num_heads=4)
+# Grazzi et al.'s DeltaNet has 4 heads on parity (xlstm/experiments/
+# parity_delta_net_single_layer.yaml: n_heads 4, d_model 16) and on modular arithmetic with and
+# without brackets (mod_arithmetic_delta_net.yaml, mod_arithmetic_with_brackets_delta_net.yaml:
+# n_heads 4, d_model 128); their Mamba has none to set.
+for _task in ("parity", "modular_arithmetic", "modular_arithmetic_brackets"):
+  RECIPE_MODEL[(_task, "deltanet")] = dict(num_heads=4)
 
 
 # Self-pretraining (config.objective="denoise"): the fraction of a task's real tokens that are
