@@ -82,7 +82,8 @@ def test_the_committed_accuracy_table_is_drawn_again_from_its_folder(tmp_path):
           ("accuracy.md", "accuracy.csv", "accuracy.json"))
 
 
-@pytest.mark.parametrize("folder", ["parity_cpu", "parity_fig1", "arithmetic_cpu"])
+@pytest.mark.parametrize("folder", ["parity_cpu", "parity_fig1", "arithmetic_cpu",
+                                    "word_s3_householders"])
 def test_the_committed_length_chart_is_drawn_again_from_its_folder(tmp_path, folder):
   _redraw(tmp_path, folder, "length", ("length.md", "length.json"))
   assert (tmp_path / "out" / "length.png").stat().st_size > 0
