@@ -6,6 +6,8 @@ the queries. In two forms that compute the same function: "recurrent", one posit
 For each example and head a state S (K x V) starts at 0 and runs over the positions:
     plain:  S_t = a_t S_{t-1} + w_t k_t v_t^T
     delta:  S_t = a_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T
+    dplr:   S_t = (diag(a_t) + e_t f_t^T) S_{t-1} + k_t v_t^T   (models/ops/dplr.py: KDA,
+            RWKV-7, Comba; fla's generalised delta rule, any decay kind)
     read:   o_t = S_t^T q_t                     (after position t's write)
 with a_t = exp(log_decay_t), one of: none (1); a fixed scalar per head (shape H: RetNet); an
 input-dependent scalar per head (B x L x H: Mamba-2, mLSTM, Gated DeltaNet); an input-dependent
@@ -59,6 +61,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from lra.models.ops.chunking import causal as _causal
+from lra.models.ops.chunking import chunks as _chunks
+from lra.models.ops.chunking import pass_states as _pass_states
+from lra.models.ops.chunking import unchunk as _unchunk
+from lra.models.ops.chunking import unit_lower_inverse
+from lra.models.ops import dplr as _dplr
 from lra.models.ops.signed import LOG_ZERO, chunk_signs
 
 FLOOR = -60.0  # the stabiliser's floor: exp(-FLOOR) stays finite in float32
@@ -68,28 +76,21 @@ SUB = 16  # a vector decay's sub-chunk (see _vector_scores)
 
 
 def recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, log_decay=None, negative=None,
-               beta=None, log_write=None, form: str = "chunked", chunk_size: int = 64,
-               reverse: bool = False):
+               beta=None, log_write=None, dplr=None, form: str = "chunked",
+               chunk_size: int = 64, reverse: bool = False):
   """(o_BxLxHxV, m_BxLxH): the outputs o_t = S_t^T q_t of the recurrence above (from the end
   when `reverse`), and the stabiliser m (None without log_write; then o is the true output,
   else the true output times exp(-m)). Shapes: see the module docstring; q and k may have
   G heads for v's H (H a multiple of G: head h reads q and k of group h // (H / G), as
   Mamba-2's groups of B and C), and the chunked form of a scalar decay then forms each
   group's C x C product once. `negative` (log_decay's shape): the decays' signs, log_decay
-  then their log magnitudes (module docstring)."""
+  then their log magnitudes (module docstring). `dplr` = (e, f), each B x L x H x K: the
+  diagonal-plus-rank-one transition diag(a_t) + e_t f_t^T (models/ops/dplr.py), with any
+  decay kind but no beta, log_write or negative."""
   batch, length, groups, width = q_BxLxHxK.shape
   heads = v_BxLxHxV.shape[2]
-  if heads % groups or k_BxLxHxK.shape[2] != groups:
-    raise ValueError(f"q and k have {groups} heads (groups), v {heads}: a multiple of them")
-  if beta is not None and (log_write is not None
-                           or (log_decay is not None and log_decay.ndim == 4)):
-    raise ValueError("the delta rule takes a scalar decay or none, and no log_write")
-  if log_write is not None and log_decay is not None and log_decay.ndim == 4:
-    raise ValueError("log_write takes a scalar decay or none")
-  if negative is not None and (log_decay is None or negative.shape != log_decay.shape):
-    raise ValueError("negative marks the signs of log_decay's decays: log_decay's shape")
-  if form not in FORMS:
-    raise ValueError(f"form {form!r} is none of {FORMS}")
+  _check_gates(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, log_decay, negative, beta, log_write, dplr,
+               form)
   keep_BxL = mask_BxL.astype(bool)
   f32 = lambda a: a.astype(jnp.float32)
   masked = lambda a, fill=0.0: jnp.where(
@@ -111,10 +112,14 @@ def recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, log_decay=None, neg
   flip = (lambda a: None if a is None else jnp.flip(a, axis=1)) if reverse else (lambda a: a)
   q, k, v, g, n, b, w = map(flip, (q, k, v, g, n, b, w))
   m = None if w is None else stabiliser(g, w)
-  if groups != heads and (form == "recurrent" or b is not None or (g is not None
-                                                                   and g.ndim == 4)):
+  if groups != heads and (form == "recurrent" or b is not None or dplr is not None
+                          or (g is not None and g.ndim == 4)):
     q, k = (jnp.repeat(a, heads // groups, axis=2) for a in (q, k))  # per head
-  if form == "recurrent":
+  if dplr is not None:  # padding: e = 0 (no rank-one part), a = 1, k = 0
+    e, f = (flip(masked(a)) for a in dplr)
+    o = (_dplr.recurrent(q, k, v, g, e, f) if form == "recurrent"
+         else _dplr.chunked(q, k, v, g, e, f, min(chunk_size, length)))
+  elif form == "recurrent":
     o = _recurrent(q, k, v, g, b, w, m, None if n is None else 1.0 - 2.0 * n)
   elif b is not None:
     o = _chunked_delta(q, k, v, g, b, min(chunk_size, length), n)
@@ -123,6 +128,26 @@ def recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, log_decay=None, neg
   o, m = flip(o), flip(m)
   # A padded position reads nothing: its stabiliser is the floor (a finite exp(-m)).
   return masked(o), (None if m is None else masked(m, FLOOR))
+
+
+def _check_gates(q, k, v, log_decay, negative, beta, log_write, dplr, form):
+  """A ValueError for gates the core does not combine, or shapes that do not fit."""
+  groups, width, heads = q.shape[2], q.shape[3], v.shape[2]
+  if heads % groups or k.shape[2] != groups:
+    raise ValueError(f"q and k have {groups} heads (groups), v {heads}: a multiple of them")
+  if beta is not None and (log_write is not None
+                           or (log_decay is not None and log_decay.ndim == 4)):
+    raise ValueError("the delta rule takes a scalar decay or none, and no log_write")
+  if log_write is not None and log_decay is not None and log_decay.ndim == 4:
+    raise ValueError("log_write takes a scalar decay or none")
+  if negative is not None and (log_decay is None or negative.shape != log_decay.shape):
+    raise ValueError("negative marks the signs of log_decay's decays: log_decay's shape")
+  if dplr is not None and (beta is not None or log_write is not None or negative is not None
+                           or any(a.shape != k.shape[:2] + (heads, width)
+                                  for a in dplr)):
+    raise ValueError("dplr = (e, f), each B x L x H x K (v's heads), takes a decay alone")
+  if form not in FORMS:
+    raise ValueError(f"form {form!r} is none of {FORMS}")
 
 
 def stabiliser(g_BxLxH, w_BxLxH):
@@ -170,36 +195,6 @@ def _recurrent(q, k, v, g, b, w, m, sign):
   xs = [jnp.moveaxis(a, 1, 0) for a in (q, k, v, g, b, w, m, m_prev) + signs]
   _, o = jax.lax.scan(step, state, xs)
   return jnp.moveaxis(o, 0, 1)
-
-
-def _chunks(a, size: int, fill: float = 0.0):
-  """B x L x H x ... -> B x H x N x C x ... (L padded at the end to N C with `fill`)."""
-  length = a.shape[1]
-  pad = -length % size
-  a = jnp.pad(a, [(0, 0), (0, pad)] + [(0, 0)] * (a.ndim - 2), constant_values=fill)
-  a = a.reshape((a.shape[0], -1, size) + a.shape[2:])
-  return jnp.moveaxis(a, 3, 1)
-
-
-def _unchunk(a_BxHxNxCxV, length: int):
-  a = jnp.moveaxis(a_BxHxNxCxV, 1, 3)
-  return a.reshape((a.shape[0], -1) + a.shape[3:])[:, :length]
-
-
-def _causal(size: int):
-  """1 x 1 x 1 x C x C: j <= t (the rank of a chunked B x H x N x C x C array)."""
-  return jnp.tril(jnp.ones((size, size), bool))[None, None, None]
-
-
-def _pass_states(decay_BxHxNxK, write_BxHxNxKxV):
-  """The state entering each chunk: S_{n+1} = decay_n S_n (rows) + write_n, S_0 = 0."""
-  def step(S, xs):
-    decay, write = xs
-    return decay[..., None] * S + write, S
-
-  xs = (jnp.moveaxis(decay_BxHxNxK, 2, 0), jnp.moveaxis(write_BxHxNxKxV, 2, 0))
-  _, entering = jax.lax.scan(step, jnp.zeros_like(write_BxHxNxKxV[:, :, 0]), xs)
-  return jnp.moveaxis(entering, 0, 2)
 
 
 def _chunked(q, k, v, g, w, m, size: int, n=None):
@@ -290,42 +285,6 @@ def _vector_scores(qc, kc, G):
   scores = scores.reshape(shape[:5] + (subs, c)) + jnp.where(
       own, diagonal[:, :, :, :, :, None, :], 0.0)
   return scores.reshape(G.shape[:3] + (size, size))
-
-
-@jax.custom_vjp
-def unit_lower_inverse(A_XxCxC):
-  """(I + A)^-1 for strictly lower-triangular A (the last two axes), by forward
-  substitution, row by row: row t of the inverse is e_t - sum_{j<t} A_tj (row j). Neither
-  jax.lax.linalg.triangular_solve (its CPU kernel hung one run in three inside a larger
-  program here, jax 0.10.2) nor a power series ((I - A)(I + A^2)..., whose terms grow like
-  binomials for aligned keys) is used. The gradient is the inverse's own:
-  d A = -T^T dT T^T, kept strictly lower."""
-  return _inverse(A_XxCxC)
-
-
-def _inverse(A):
-  size = A.shape[-1]
-  eye = jnp.broadcast_to(jnp.eye(size, dtype=A.dtype), A.shape)
-
-  def row(t, T):
-    r = eye[..., t, :] - jnp.einsum("...j,...jc->...c", A[..., t, :], T)
-    return T.at[..., t, :].set(r)
-
-  return jax.lax.fori_loop(1, size, row, eye)
-
-
-def _inverse_fwd(A):
-  T = _inverse(A)
-  return T, T
-
-
-def _inverse_bwd(T, dT):
-  dA = -jnp.einsum("...jt,...jc,...dc->...td", T, dT, T)
-  strictly = jnp.tril(jnp.ones(dA.shape[-2:], bool), -1)
-  return (jnp.where(strictly.reshape((1,) * (dA.ndim - 2) + strictly.shape), dA, 0.0),)
-
-
-unit_lower_inverse.defvjp(_inverse_fwd, _inverse_bwd)
 
 
 def _chunked_delta(q, k, v, g, b, size: int, n=None):
