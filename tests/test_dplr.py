@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lra.models.ops import dplr
 from lra.models.ops.matrix_recurrence import recurrence
 from tests.helpers import run_once
 
@@ -100,9 +101,19 @@ def test_decays_that_underflow_a_chunk_stay_exact():
   np.testing.assert_allclose(np.asarray(got), expected, rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("decay", ["scalar", "vector"])
-def test_chunked_gradients_equal_the_recurrent_ones(decay):
-  q, k, v, g, e, f = (jnp.asarray(a, jnp.float32) for a in _inputs(2, decay))
+def test_each_route_is_taken_where_it_should_be():
+  """Ordinary decays take the factorised route, strong ones the exact one (both tested for
+  values and gradients below), so neither route is dead code."""
+  chunked_G = lambda g: jnp.cumsum(jnp.asarray(g, jnp.float32).reshape(1, 1, 1, 8, 1), 3)
+  assert bool(dplr.factorisable(chunked_G(np.full(8, -0.5))))
+  assert not bool(dplr.factorisable(chunked_G(np.full(8, -30.0))))
+  assert not bool(dplr.factorisable(chunked_G([0, 0, 0, 0, -41, 0, 0, 0])))  # at the middle
+
+
+@pytest.mark.parametrize("decay,strength", [("scalar", (0.01, 2.0)), ("vector", (0.01, 2.0)),
+                                            ("vector", (25.0, 35.0))])
+def test_chunked_gradients_equal_the_recurrent_ones(decay, strength):
+  q, k, v, g, e, f = (jnp.asarray(a, jnp.float32) for a in _inputs(2, decay, strength))
   mask = jnp.asarray(_mask())
   cot = jnp.asarray(np.random.default_rng(3).normal(size=(B, L, H, V)), jnp.float32)
 

@@ -20,11 +20,17 @@ lower-triangular system (I - A) U = F S_0 + B V, solved once per chunk (T = (I -
 the parts that do not depend on S_0, so that the scan over chunks only multiplies. The
 outputs and the next chunk's state follow from U by the same decayed scores with q (j <= t).
 
-Every factor is exp of a non-positive difference of cumulative log decays: a vector decay's
-scores are formed by sub-chunks (models/ops/matrix_recurrence.py's secondary chunking: a
-matmul between sub-chunks after splitting the decay at the sub-chunk boundary, channel by
-channel inside one), so both forms are exact whatever the decays' strength. Everything in
-float32. Signed decays are not taken here (the rank-one part carries negative eigenvalues).
+A vector decay's four C x C score matrices (A, B and those of q) take one of two routes,
+chosen for the whole call by `factorisable` (jax.lax.cond: only the chosen one runs):
+- factorised, one matmul each: exp(Gx_t - G_j) = exp(Gx_t - R) exp(R - G_j) with R the
+  cumulative decay at the chunk's middle, so every exponent lies within [-X, X], X the larger
+  of -R and R - G_end. When X <= BOUND in every chunk and channel, no factor leaves float32's
+  normal range (e^40 = 2.4e17) and the product is the true weight to round-off;
+- exact, by sub-chunks (models/ops/matrix_recurrence.py's secondary chunking: a matmul
+  between sub-chunks after splitting the decay at the sub-chunk boundary, channel by channel
+  inside one), where every factor is exp of a non-positive difference: for decays of any
+  strength (a chunk's product may underflow).
+Both give the same function; the factorised route runs 3-4x faster here. Everything in float32. Signed decays are not taken here (the rank-one part carries negative eigenvalues).
 """
 from __future__ import annotations
 
@@ -34,6 +40,7 @@ import jax.numpy as jnp
 from lra.models.ops.chunking import chunks, unchunk, unit_lower_inverse
 
 SUB = 16  # a vector decay's sub-chunk (pair_scores)
+BOUND = 40.0  # the largest |exponent| the factorised route forms (module docstring)
 
 
 def recurrent(q, k, v, g, e, f):
@@ -95,6 +102,40 @@ def pair_scores(x, Gx, y, Gy, strict: bool):
   return scores.reshape(x.shape[:3] + (size, size))
 
 
+def factorisable(G_BxHxNxCxK):
+  """True when the factorised route's exponents stay within BOUND in every chunk and channel:
+  about the middle of each chunk, max(-R, R - G_end) <= BOUND (module docstring)."""
+  size = G_BxHxNxCxK.shape[3]
+  R, end = G_BxHxNxCxK[:, :, :, size // 2], G_BxHxNxCxK[:, :, :, -1]
+  return jnp.all(jnp.maximum(-R, R - end) <= BOUND)
+
+
+def _factorised_scores(x, Gx, y, Gy, strict: bool):
+  """pair_scores of a vector decay as one matmul about the chunk's middle (exact only where
+  `factorisable`)."""
+  size = x.shape[3]
+  R = Gy[:, :, :, size // 2:size // 2 + 1]
+  scores = jnp.einsum("bhntk,bhnjk->bhntj", x * jnp.exp(Gx - R), y * jnp.exp(R - Gy))
+  keep = jnp.tril(jnp.ones((size, size), bool), -1 if strict else 0)[None, None, None]
+  return jnp.where(keep, scores, 0.0)
+
+
+def _scores(qc, kc, ec, fc, G, Gx):
+  """The chunk's four score matrices: f with e and with k (j < t), q with k and with e
+  (j <= t); a vector decay's by the route `factorisable` picks. Each route is rematerialised
+  in the backward pass, so that the cond keeps only its inputs (not the exact route's
+  c x c x K weights) for the gradient."""
+  def using(pair):
+    return jax.checkpoint(lambda qc, kc, ec, fc, G, Gx: (
+        pair(fc, Gx, ec, G, True), pair(fc, Gx, kc, G, True),
+        pair(qc, G, kc, G, False), pair(qc, G, ec, G, False)))(qc, kc, ec, fc, G, Gx)
+
+  if G.ndim == 4:  # a scalar decay: exact as one matmul
+    return using(pair_scores)
+  return jax.lax.cond(factorisable(G), lambda: using(_factorised_scores),
+                      lambda: using(pair_scores))
+
+
 def chunked(q, k, v, g, e, f, size: int):
   """The recurrence by chunks of `size` (module docstring); arguments as `recurrent`'s."""
   length = q.shape[1]
@@ -106,12 +147,12 @@ def chunked(q, k, v, g, e, f, size: int):
   G = jnp.cumsum(gc, axis=3)  # up to t
   Gx = G - gc  # up to t - 1
   per_key = (lambda a: a) if G.ndim == 5 else (lambda a: a[..., None])
-  T = unit_lower_inverse(-pair_scores(fc, Gx, ec, G, strict=True))  # (I - A)^-1
+  A, B, O, P = _scores(qc, kc, ec, fc, G, Gx)
+  T = unit_lower_inverse(-A)  # (I - A)^-1
   matmul = lambda a, b: jnp.einsum("bhntj,bhnjx->bhntx", a, b)
-  U0 = matmul(T, matmul(pair_scores(fc, Gx, kc, G, strict=True), vc))  # T B V
+  U0 = matmul(T, matmul(B, vc))  # T B V
   W = matmul(T, fc * jnp.exp(per_key(Gx)))  # T F: U = U0 + W S_0
-  O0 = matmul(pair_scores(qc, G, kc, G, strict=False), vc)
-  P = pair_scores(qc, G, ec, G, strict=False)
+  O0 = matmul(O, vc)
   q_in = qc * jnp.exp(per_key(G))
   to_end = jnp.exp(per_key(G[:, :, :, -1:] - G))
   e_out = ec * to_end
