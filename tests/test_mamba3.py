@@ -197,11 +197,12 @@ def test_optimizer_group_takes_d_and_dt_bias():
 
 
 def test_defaults_and_errors():
-  """The authors' defaults (the core's chunk size); dt_min above dt_max, a d_state with no
-  pair to turn and a head_dim that does not divide E are one line each."""
+  """The authors' defaults (the core's chunk size; head_dim 0: their 64 where 64 divides E,
+  else the widest divisor); dt_min above dt_max, a d_state with no pair to turn and a head_dim
+  that does not divide E are one line each."""
   assert registry.default_settings("mamba3") == dict(
       form="chunked", chunk_size=64, bidirectional=False, combine="mean", d_state=128,
-      head_dim=64, expand=2, groups=1, rope_fraction=0.5, dt_min=0.001, dt_max=0.1,
+      head_dim=0, expand=2, groups=1, rope_fraction=0.5, dt_min=0.001, dt_max=0.1,
       A_floor=1e-4, A_activation="heavy_tail", outproj_norm=False)
   for bad, match in ((dict(dt_min=0.1, dt_max=0.01), r"<= config.model.attention.dt_max"),
                      (dict(d_state=3), r"d_state=3 is not valid: at least 4 with "
@@ -214,3 +215,4 @@ def test_defaults_and_errors():
     Mamba3(head_dim=8).init(jax.random.PRNGKey(0), jnp.zeros((1, 3, 6)),
                             jnp.ones((1, 3), bool), deterministic=True)
   assert str(error.value).splitlines()[0].startswith("config.model.attention.head_dim")
+  assert Mamba3().check_width(128) == (256, 4) and Mamba3().check_width(16) == (32, 1)

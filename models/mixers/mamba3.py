@@ -1,8 +1,8 @@
 """Mamba-3 (Lahoti et al. 2026, "Mamba-3: Improved Sequence Modeling using State Space
 Principles"): the SISO layer as a token mixer.
 
-The layer (the authors' state-spaces/mamba `Mamba3` module, mamba_ssm/modules/mamba3.py, at
-is_mimo=False), with D the input width, E = expand * D inner channels in H = E / head_dim heads
+The layer (the authors' state-spaces/mamba `Mamba3` module, mamba_ssm/modules/mamba3.py at
+e9594ce1, is_mimo=False), with D the input width, E = expand * D inner channels in H = E / head_dim heads
 of P = head_dim, N = d_state, G = groups groups of B and C (the authors' ngroups) and
 A_r = rotary angles (rope_fraction * N rounded down to an even number, halved):
     z, x, B, C, dd_dt, dd_A, trap, ang = in_proj(h)   D -> E + E + G N + G N + H + H + H + A_r,
@@ -30,7 +30,9 @@ previous position's term is position t-1's write made at t-1 and decayed by exp(
 so the state after t is the core's with q = C, k = (lam_t dt_t + (1 - lam_{t+1}) dt_{t+1}) B_t,
 v = x, log_decay = dt A, except that the core's read at t already holds t's share for t + 1:
     y_t = core_t - (1 - lam_{t+1}) dt_{t+1} (C_t . B_t) x_t      (0 after the last position)
-(the authors' chunked reference and kernels use the same split). One core call, either form.
+(the authors' chunked reference and kernels use the same split). One core call, either form;
+causal to float32 rounding: t + 1's share on t's write cancels in t's read up to rounding of
+y_t (the family's causality test allows Mamba-3 that much), not exactly.
 
 Padding: the input is zeroed at padded positions; a padded position neither decays nor writes
 (the core's mask), turns no angle, and is no one's previous position: the previous position of
@@ -49,10 +51,12 @@ Initialisation (the authors' module and mamba_ssm's _init_weights): dt_bias = so
 dt log-uniform in [dt_min, dt_max] and floored at 1e-4; B_bias = C_bias = 1; the B and C norms'
 weights 1; D = 1; in_proj PyTorch's default (uniform in +-1/sqrt(D)); out_proj the same
 divided by sqrt(num_layers) (rescale_prenorm_residual, one residual per layer, as Mamba-2).
-Defaults: the module's (d_state 128, head_dim 64, expand 2, rope_fraction 0.5, A_floor 1e-4).
+Defaults: the module's (d_state 128, expand 2, rope_fraction 0.5, A_floor 1e-4), but head_dim
+0: the largest divisor of E up to 64, the authors' 64 wherever 64 divides E, and a narrower
+head where their layer would refuse the width (the `cpu` configs' 16 to 64 wide models).
 
-Deviations: a width that does not split is a one-line error naming head_dim (the authors
-assert); head_dim 0 takes the widest heads up to 64 (as our Mamba-2). MIMO (is_mimo) and the
+Deviations: that head_dim default; a width that does not split a set head_dim is a one-line
+error naming it (the authors assert). MIMO (is_mimo) and the
 decode kernels are not built. An odd d_state leaves its last channel unrotated (the authors'
 reference needs N even). The reversed pass is ours (above). `A_activation="softplus"` gives
 A = -softplus(dd_A), the authors' first release (5235bdc) and fla's port (fla/layers/mamba3.py).
@@ -130,8 +134,9 @@ class Mamba3(RecurrentMixer):
   biased and rotated by cumulative data-dependent angles, the trapezoidal SSM recurrence per
   head (+ D skip), the SiLU(z) gate, out_proj (see the module docstring)."""
   d_state: int = s.setting(128, s.Int(1), "N: the state's rows per head (the authors' d_state)")
-  head_dim: int = s.setting(64, s.Int(0), "P: channels per head, H = E / P (the authors' "
-                            "headdim); 0 = the largest divisor of E up to 64")
+  head_dim: int = s.setting(0, s.Int(0), "P: channels per head, H = E / P (the authors' "
+                            "headdim); 0 = the largest divisor of E up to 64 (their 64 "
+                            "wherever 64 divides E)")
   expand: int = s.setting(2, s.Int(1), "E = expand * D inner channels")
   groups: int = s.setting(1, s.Int(1), "G: groups of heads sharing B and C before their "
                           "per-head biases (the authors' ngroups)")
