@@ -33,6 +33,7 @@ TINY_SETTINGS = {
     "lru": dict(state_size=8),
     "mamba": dict(state_size=4),
     "mamba2": dict(d_state=4, head_dim=4, expand=1, chunk_size=4),
+    "mamba3": dict(d_state=4, head_dim=4, expand=1, chunk_size=4),
     "mega": dict(z_dim=4, v_dim=8, ema_dim=2, max_positions=6),
     "mlstm": dict(chunk_size=4),
     "nystromformer": dict(num_landmarks=4, conv_kernel=3),

@@ -1,11 +1,12 @@
 """What the recurrent family shares, tested once for all its members (as fla parametrises its
 tests over its layers): the mixers subclassing models/blocks/recurrent.py's RecurrentMixer
-(Mamba-2, RetNet, GLA, HGRN2, DeltaNet, Gated DeltaNet, mLSTM, and any added under it, with no
-list to edit). For each: the chunked form computes the recurrent form's function (outputs and
-the gradients of every parameter and of the input, one pass (both `-m slow`), chunks of 4 over 13
-positions, each mixer's hardest gates); a padded row's real outputs equal its truncated row's
-in both forms; one pass reads causally and two read the future; the state it declares is the
-core's (counted where the core runs); the heads and the combination are checked in one line.
+(Mamba-2, Mamba-3, RetNet, GLA, HGRN2, DeltaNet, Gated DeltaNet, DeltaProduct, mLSTM, and any
+added under it, with no list to edit). For each: the chunked form computes the recurrent form's
+function (outputs and the gradients of every parameter and of the input, one pass (both
+`-m slow`), chunks of 4 over 13 positions, each mixer's hardest gates); a padded row's real
+outputs equal its truncated row's in both forms; one pass reads causally and two read the
+future; the state it declares is the core's (counted where the core runs); the heads and the
+combination are checked in one line.
 Each mixer's own reference (tests/naive.py) and its authors' numbers are in its own file."""
 import jax
 import jax.numpy as jnp
@@ -22,17 +23,21 @@ from tests.helpers import run_once
 
 FAMILY = [n for n in registry.names() if issubclass(registry.get(n), RecurrentMixer)]
 WIDTH, HEADS, QKV, LENGTH = 8, 2, 8, 13  # 13: no multiple of the chunk, 4
-# Small heads with more than one of each kind (Mamba-2: 8 heads in 2 groups; GLA: K = 2; HGRN2:
-# K = 3, V = 4; mLSTM: blocks of 2); the rest as tests/helpers.py's tiny settings.
+# Small heads with more than one of each kind (Mamba-2: 8 heads in 2 groups; Mamba-3 the same,
+# N = 5: two angles and a channel that does not turn; GLA: K = 2; HGRN2: K = 3, V = 4; mLSTM:
+# blocks of 2); the rest as tests/helpers.py's tiny settings.
 SETTINGS = {"mamba2": dict(d_state=3, head_dim=2, groups=2, conv_kernel=3, expand=2),
+            "mamba3": dict(d_state=5, head_dim=2, groups=2, expand=2, rope_fraction=1.0),
             "gla": dict(gate_low_rank_dim=3), "hgrn2": dict(expand_ratio=3, lower_bound="fixed"),
             "mlstm": dict(qkv_blocksize=2)}
 
 
 # Members whose gates take the core's chunked form down a path another member's default test
 # takes (HGRN2's vector decay: GLA's; DeltaNet's delta rule: Gated DeltaNet's and
-# DeltaProduct's): their chunked == recurrent `-m slow`.
-SAME_CORE_KIND = ("hgrn2", "deltanet")
+# DeltaProduct's; Mamba-3's scalar decay: Mamba-2's, its own steps the same in either form and
+# checked against its reference in the chunked one, tests/test_mamba3.py): their chunked ==
+# recurrent `-m slow`.
+SAME_CORE_KIND = ("hgrn2", "deltanet", "mamba3")
 
 
 def _mixer(name: str, **settings):
@@ -47,7 +52,8 @@ def _hard_gates(name: str, variables):
   """Each mixer's initial parameters plus N(0, 0.3) noise, with the gates its chunked form finds
   hardest: the delta rule's beta pushed to 0 or 1 (b_proj scaled up); Gated DeltaNet's decay
   e^-48 a step in one head and weak in the other; Mamba-2's dt near 1 with decays from e^-0.3
-  to e^-2 (at init, dt near 0.01 would make the recurrence nearly a sum)."""
+  to e^-2 (at init, dt near 0.01 would make the recurrence nearly a sum); Mamba-3's dt near 1
+  with its projections (trapezoid, angles, A) scaled up."""
   p = helpers.perturb(variables, seed=1, scale=0.3)["params"]
   if "b_proj" in p:
     p["b_proj"]["kernel"] = 30 * p["b_proj"]["kernel"]
@@ -58,6 +64,9 @@ def _hard_gates(name: str, variables):
     heads = p["dt_bias"].shape[0]
     p["dt_bias"] = jnp.full((heads,), 0.5)
     p["A_log"] = jnp.log(jnp.linspace(0.3, 2.0, heads))
+  if name == "mamba3":  # dt near 1: decays e^-1 and turns of up to pi a step
+    p["dt_bias"] = jnp.full(p["dt_bias"].shape, 0.5)
+    p["in_proj"]["kernel"] = 3 * p["in_proj"]["kernel"]
   return {"params": p}
 
 
@@ -106,11 +115,18 @@ def test_chunked_equals_recurrent_and_padding_equals_truncation(name, bidirectio
   np.testing.assert_allclose(got[1, :6], short[0], rtol=1e-5, atol=1e-5)
 
 
+# Mamba-3's trapezoid (the authors' split, models/mixers/mamba3.py) writes position t with
+# t + 1's weight and takes that share back from t's own read: its causal outputs move with
+# later tokens by float32 rounding of the largest output, no more.
+ROUNDING_CAUSAL = ("mamba3",)
+
+
 @pytest.mark.parametrize("name", FAMILY)
 def test_one_pass_reads_causally_and_two_read_the_future(name):
   """Changing the tokens from position 3 on leaves the causal mixer's first three outputs as
-  they were (causal_reading names the setting), and changes the bidirectional mixer's. In the
-  recurrent form (cheap to compile; the chunked one computes the same function, above)."""
+  they were (causal_reading names the setting; ROUNDING_CAUSAL to rounding), and changes the
+  bidirectional mixer's. In the recurrent form (cheap to compile; the chunked one computes the
+  same function, above)."""
   x, _, _ = _inputs(6)
   changed = x.at[:, 3:].add(10 * jax.random.normal(jax.random.PRNGKey(7), x[:, 3:].shape))
   mask = jnp.ones(x.shape[:2], bool)
@@ -125,7 +141,8 @@ def test_one_pass_reads_causally_and_two_read_the_future(name):
     return [jnp.split(m.apply(variables, pair, masks, deterministic=True), 2) for m in mixers]
 
   (causal, causal2), (both, both2) = run_once(program, x, changed)
-  assert np.abs(np.asarray(causal2[:, :3] - causal[:, :3])).max() < 1e-6
+  scale = np.abs(np.asarray(causal)).max() if name in ROUNDING_CAUSAL else 1.0
+  assert np.abs(np.asarray(causal2[:, :3] - causal[:, :3])).max() < 1e-6 * scale
   assert np.abs(np.asarray(both2[:, :3] - both[:, :3])).max() > 1e-3
 
 
@@ -135,16 +152,19 @@ def test_the_declared_state_is_the_cores(monkeypatch, name, bidirectional):
   """carried_state (RecurrentMixer's count from the mixer's head_sizes) is what the core
   carries, counted where it runs: per pass, the values' heads x K x V (Mamba-2's queries and
   keys, C and B, may be shared by a group), and with an exponential write gate (mLSTM) the
-  stabiliser m of each head."""
+  stabiliser m of each head; Mamba-3 also carries, per pass and head, the previous position's
+  rotated B (K) and x (V) for its trapezoid and its angle sums (rope_angles)."""
   seen, real = [], recurrent.recurrence
+  mixer = _mixer(name, bidirectional=bidirectional)
+  angles = mixer.rope_angles if name == "mamba3" else None
 
   def spy(q, k, v, mask, **gates):
-    heads = v.shape[2]
-    seen.append(heads * q.shape[3] * v.shape[3] + (heads if "log_write" in gates else 0))
+    heads, key, value = v.shape[2], q.shape[3], v.shape[3]
+    seen.append(heads * key * value + (heads if "log_write" in gates else 0)
+                + (0 if angles is None else heads * (key + value + angles)))
     return real(q, k, v, mask, **gates)
 
   monkeypatch.setattr(recurrent, "recurrence", spy)
-  mixer = _mixer(name, bidirectional=bidirectional)
   jax.eval_shape(lambda: mixer.init(jax.random.PRNGKey(0), jnp.zeros((1, LENGTH, WIDTH)),
                                     jnp.ones((1, LENGTH), bool), deterministic=True))
   assert len(seen) == 1 + bidirectional
@@ -153,13 +173,15 @@ def test_the_declared_state_is_the_cores(monkeypatch, name, bidirectional):
 
 def test_the_family_is_the_seven_and_each_declares_its_heads():
   """Zoology's efficiency axis: each member declares its head sizes (the base counts the state
-  from them), not inherited; the heads are the encoder's num_heads (Mamba-2: head_dim's)."""
+  from them), not inherited; the heads are the encoder's num_heads (Mamba-2's and Mamba-3's:
+  head_dim's)."""
   assert set(FAMILY) >= {"mamba2", "retnet", "gla", "hgrn2", "deltanet", "gated_deltanet",
                          "mlstm"}
   for name in FAMILY:
     assert registry.get(name).head_sizes is not RecurrentMixer.head_sizes, name
     heads, key, value = _mixer(name).head_sizes(WIDTH)
-    assert min(heads, key, value) >= 1 and (heads == HEADS or name == "mamba2"), name
+    assert min(heads, key, value) >= 1 and (heads == HEADS or name in ("mamba2", "mamba3")), \
+        name
 
 
 @pytest.mark.parametrize("name", FAMILY)
