@@ -7,6 +7,7 @@
   python eval.py speed [--models=transformer] [--lengths=1024,2048,3072,4096] [--batch=32]
                        [--emb_dim=256 --qkv_dim=256 --mlp_dim=1024 --num_heads=4 --num_layers=4]
                        [--config.model.KEY=VALUE ...] [--import=MODULE ...]
+  python eval.py padding [--models=transformer,gla] [--real=24] [--out=eval_out]
 
 `accuracy` and `recall` read the results.json of finished runs (a folder of many runs will do),
 or a folder of them as results/ commits them (lra.reporting.published: `python eval.py recall
@@ -39,14 +40,17 @@ train.py takes it, e.g. `--config.model.reversible=True --config.model.num_layer
 mixer setting as `--config.model.attention.NAME=VALUE` (the old `--set KEY=VALUE`, relative to
 config.model, still works and says how to write it). `--import=MODULE` (repeatable; or
 LRA_IMPORT=MODULE,...) imports a module of your own that registers a mixer, so that `speed`
-measures it beside the others; `accuracy` accepts it too.
+measures it beside the others; `accuracy` accepts it too. `padding` measures how much each
+mixer's real outputs and input gradients move when its rows are padded on the right (by 0, 1,
+17 and 500 positions) and on the left, and writes padding.{md,json} (lra.reporting.padding,
+which says why a mixer is length-dependent or takes no left padding; lra.commands.padding).
 """
 import argparse
 import json
 import sys
 
 from lra import cli, paths, plugins, provenance
-from lra.commands import measuring
+from lra.commands import measuring, padding as padding_command
 from lra.errors import UserError, run_command
 from lra.commands.references import paper_configs
 from lra.reporting import accuracy, curves, files, results, speed, speed_table
@@ -360,6 +364,7 @@ def parser() -> argparse.ArgumentParser:
               "setting: --config.model.attention.NAME=VALUE")
   s.add_argument("--out", default="eval_out")
   s.set_defaults(run=_speed)
+  padding_command.add_parser(sub)
   return p
 
 
