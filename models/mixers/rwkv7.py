@@ -60,8 +60,8 @@ averaged before the GroupNorm (models/blocks/recurrent.py); the bonus term is ad
 RWKV-7 is causal only.
 
 State: S (K x V) per head and direction, H K V = D^2 / H: Zoology's corrected count (its
-zoology/mixers/rwkv7.py state_size, num_heads head_dim head_dim, after its first count
-num_heads D^2 overstated it H times). The shift's one previous input is not counted (as the
+zoology/mixers/rwkv7.py state_size, num_heads head_dim head_dim; its first count, num_heads
+D^2, overstated it H^2 times). The shift's one previous input is not counted (as the
 family's short convolutions). No attention weights and no dropout inside.
 """
 from __future__ import annotations
