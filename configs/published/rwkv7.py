@@ -5,8 +5,8 @@ RWKV-7 (Peng et al. 2025) reports no Long Range Arena results and released no LR
 - Block: fla's RWKV7Block, the time mix (the mixer) then the channel mix: RWKV-7's channel mix
   (a token-shifted squared-ReLU feed-forward, hidden_ratio r = 4: key D x 4D, value 4D x D)
   is the encoder's GELU MLP here, r D wide for the same count before the parity step.
-- Mixer: fla's RWKV7Attention layer (its LoRA ranks from the width: 32 at every width here;
-  the authors' init, o_proj and the LoRAs' down projections 0), 4 heads (K = V = D / 4):
+- Mixer: fla's RWKV7Attention layer (its LoRA ranks from the width: 32, the gate's 64 from
+  D = 112 up; fla's init, o_proj and the LoRAs' down projections 0), 4 heads (K = V = D / 4):
   fla's default is a head width, 64, wider than most LRA models here.
 - Widths (WIDTHS: (D, mlp_dim); counts in PARAMETERS): D a multiple of 8; the MLP 3.6 to
   4.3 D (ListOps: 6 D; at 4 D its step from 32 to 40 moves the count from 0.82 to 1.19 of

@@ -8,8 +8,9 @@ with e_t = kk_t * a_t and f_t = -kk_t: fla's S_t = S_{t-1} (diag(w_t) + alpha_t 
 rank-one part reads the undecayed S_{t-1}: the core's diagonal-plus-rank-one kind
 (models/ops/dplr.py through recurrence(dplr=(e, f))), with a decay per key channel.
 
-The layer is flash-linear-attention's RWKV7Attention (fla/layers/rwkv7.py, written with
-RWKV's author), D the input width, H = num_heads (the encoder's), K = V = D / H per head:
+The layer is flash-linear-attention's RWKV7Attention (fla/layers/rwkv7.py; it warns that RWKV's
+author advises cross-checking it with BlinkDL/RWKV-LM, which was not done here), D the input
+width, H = num_heads (the encoder's), K = V = D / H per head:
     x'    = the previous real position's input (models/blocks/token_shift.py), d = x' - x
     x_c   = x + d * mu_c                     c in r, w, k, v, a, g; mu_c = x_r ... x_g, D each
     r, k, v = r_proj(x_r), k_proj(x_k), v_proj(x_v)     D -> D each, no bias
@@ -30,8 +31,8 @@ max(32, round(2.5 sqrt(D) K / 64 / 32) 32), R_g = max(32, round(5 sqrt(D) / 32) 
 The CHANNEL MIX (RWKV-7's token-shifted squared-ReLU feed-forward) is not this mixer: the
 encoder's MLP sub-layer stands in its place.
 
-Initialisation: fla's layer (RWKV7Attention._initialize_weights, the official RWKV-7 init; its
-model's _init_weights skips the modules the layer marks initialised), at layer l of N
+Initialisation: fla's layer (RWKV7Attention._initialize_weights; fla's model's _init_weights
+skips the modules the layer marks initialised), at layer l of N
 (r0 = l / (N - 1), 0 for one layer; r1 = 1 - l / N; n the channel): mu_c = 1 - (n / D)^(p_c
 r1), p = 0.2, 0.9, 0.7, 0.7, 0.9, 0.2 for r, w, k, v, a, g; k_k = 0.71 - 0.1 lin, k_a = 1.02,
 r_k = -0.04; w_lora's bias -6 + 6 (n / (D - 1))^(1 + r0^0.3) + 0.5 + 2.5 zig, a_lora's -0.19
