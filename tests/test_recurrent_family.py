@@ -1,7 +1,7 @@
 """What the recurrent family shares, tested once for all its members (as fla parametrises its
 tests over its layers): the mixers subclassing models/blocks/recurrent.py's RecurrentMixer
-(Mamba-2, Mamba-3, RetNet, GLA, HGRN2, DeltaNet, Gated DeltaNet, DeltaProduct, mLSTM, and any
-added under it, with no list to edit). For each: the chunked form computes the recurrent form's
+(Mamba-2, Mamba-3, RetNet, GLA, HGRN2, DeltaNet, Gated DeltaNet, DeltaProduct, RWKV-7, mLSTM,
+and any added under it, with no list to edit). For each: the chunked form computes the recurrent form's
 function (outputs and the gradients of every parameter and of the input, one pass (both
 `-m slow`), chunks of 4 over 13 positions, each mixer's hardest gates); a padded row's real
 outputs equal its truncated row's in both forms; one pass reads causally and two read the
@@ -53,13 +53,17 @@ def _hard_gates(name: str, variables):
   hardest: the delta rule's beta pushed to 0 or 1 (b_proj scaled up); Gated DeltaNet's decay
   e^-48 a step in one head and weak in the other; Mamba-2's dt near 1 with decays from e^-0.3
   to e^-2 (at init, dt near 0.01 would make the recurrence nearly a sum); Mamba-3's dt near 1
-  with its projections (trapezoid, angles, A) scaled up."""
+  with its projections (trapezoid, angles, A) scaled up; RWKV-7's decays near
+  their strongest, e^-0.61 a step, and its in-context learning rate near 1."""
   p = helpers.perturb(variables, seed=1, scale=0.3)["params"]
   if "b_proj" in p:
     p["b_proj"]["kernel"] = 30 * p["b_proj"]["kernel"]
   if name == "gated_deltanet":
     p["A_log"] = jnp.log(jnp.asarray([16.0, 0.01]))
     p["dt_bias"] = jnp.asarray([3.0, -3.0])
+  if name == "rwkv7":
+    for lora in ("w_lora", "a_lora"):
+      p[lora]["up"]["bias"] = p[lora]["up"]["bias"] + 4.0
   if name == "mamba2":
     heads = p["dt_bias"].shape[0]
     p["dt_bias"] = jnp.full((heads,), 0.5)
@@ -176,7 +180,7 @@ def test_the_family_is_the_seven_and_each_declares_its_heads():
   from them), not inherited; the heads are the encoder's num_heads (Mamba-2's and Mamba-3's:
   head_dim's)."""
   assert set(FAMILY) >= {"mamba2", "retnet", "gla", "hgrn2", "deltanet", "gated_deltanet",
-                         "mlstm"}
+                         "mlstm", "deltaproduct", "rwkv7"}
   for name in FAMILY:
     assert registry.get(name).head_sizes is not RecurrentMixer.head_sizes, name
     heads, key, value = _mixer(name).head_sizes(WIDTH)

@@ -1,6 +1,6 @@
 """The recurrent family's LRA tables (configs/published): HGRN2's from its authors' run script,
 checked against values transcribed here from OpenNLPLab/HGRN2 run_lra.py (commit b154c396),
-and the seven at S5's size (our choice, configs/published/recurrent.py): parameter parity with
+and the eight at S5's size (our choice, configs/published/recurrent.py): parameter parity with
 S5's published models, S5's training, bidirectional mixers, the authors' no-decay groups; MQAR
 reads each recurrence in its LRA direction. That every task's config of each loads, with and
 without `cpu`, and builds is tests/test_published_configs.py's (its models are the folder's)."""
@@ -20,7 +20,7 @@ from lra.training import optim
 
 LRA = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 AT_S5_SIZE = ("mamba2", "retnet", "gla", "deltanet", "gated_deltanet", "deltaproduct",
-              "mlstm")
+              "rwkv7", "mlstm")
 FAMILY = (*AT_S5_SIZE, "hgrn2")
 
 

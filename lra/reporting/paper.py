@@ -32,7 +32,8 @@ MODEL_TITLES = {"transformer": "Transformer", "local": "Local Attention",
                 "mamba2": "Mamba-2", "retnet": "RetNet", "gla": "GLA", "hgrn2": "HGRN2",
                 "deltanet": "DeltaNet", "gated_deltanet": "Gated DeltaNet", "mlstm": "mLSTM",
                 "based": "Based", "hyena": "Hyena", "deltaproduct": "DeltaProduct",
-                "mamba3": "Mamba-3"}
+                "mamba3": "Mamba-3",
+                "rwkv7": "RWKV-7"}
 
 
 def _paper_row(*five: float) -> dict[str, float | None]:
