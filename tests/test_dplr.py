@@ -74,9 +74,13 @@ def _core(form, chunk, reverse=False):
   return run
 
 
-@pytest.mark.parametrize("decay,reverse", [("none", False), ("fixed", False),
+_SLOW = pytest.mark.slow(reason="the same code path as a default case, another decay kind")
+
+
+@pytest.mark.parametrize("decay,reverse", [pytest.param("none", False, marks=_SLOW),
+                                           pytest.param("fixed", False, marks=_SLOW),
                                            ("scalar", True), ("vector", False),
-                                           ("vector", True)])
+                                           pytest.param("vector", True, marks=_SLOW)])
 def test_both_forms_equal_the_numpy_loop(decay, reverse):
   q, k, v, g, e, f = _inputs(0, decay)
   mask = _mask()
@@ -110,8 +114,8 @@ def test_each_route_is_taken_where_it_should_be():
   assert not bool(dplr.factorisable(chunked_G([0, 0, 0, 0, -41, 0, 0, 0])))  # at the middle
 
 
-@pytest.mark.parametrize("decay,strength", [("scalar", (0.01, 2.0)), ("vector", (0.01, 2.0)),
-                                            ("vector", (25.0, 35.0))])
+@pytest.mark.parametrize("decay,strength", [pytest.param("scalar", (0.01, 2.0), marks=_SLOW),
+                                            ("vector", (0.01, 2.0)), ("vector", (25.0, 35.0))])
 def test_chunked_gradients_equal_the_recurrent_ones(decay, strength):
   q, k, v, g, e, f = (jnp.asarray(a, jnp.float32) for a in _inputs(2, decay, strength))
   mask = jnp.asarray(_mask())
@@ -127,7 +131,7 @@ def test_chunked_gradients_equal_the_recurrent_ones(decay, strength):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-@pytest.mark.parametrize("form", ["chunked", "recurrent"])
+@pytest.mark.parametrize("form", ["chunked", pytest.param("recurrent", marks=_SLOW)])
 def test_padding_equals_truncation_and_gets_no_gradient(form):
   q, k, v, g, e, f = (jnp.asarray(a, jnp.float32) for a in _inputs(4, "vector"))
   mask = jnp.asarray(np.arange(L)[None, :] < 7).repeat(B, axis=0)
@@ -149,7 +153,7 @@ def test_padding_equals_truncation_and_gets_no_gradient(form):
     assert np.all(np.asarray(d[:, 7:]) == 0), name
 
 
-@pytest.mark.parametrize("form", ["chunked", "recurrent"])
+@pytest.mark.parametrize("form", ["chunked", pytest.param("recurrent", marks=_SLOW)])
 def test_the_delta_rule_is_a_special_case(form):
   """e = -a beta k, f = k, the write beta k v^T with a scalar decay a: the delta kind."""
   q, k, v, g, _, _ = _inputs(5, "scalar")
