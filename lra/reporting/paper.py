@@ -31,7 +31,8 @@ MODEL_TITLES = {"transformer": "Transformer", "local": "Local Attention",
                 # Appended: a model's place in this dict is its colour in every chart.
                 "mamba2": "Mamba-2", "retnet": "RetNet", "gla": "GLA", "hgrn2": "HGRN2",
                 "deltanet": "DeltaNet", "gated_deltanet": "Gated DeltaNet", "mlstm": "mLSTM",
-                "based": "Based", "hyena": "Hyena", "deltaproduct": "DeltaProduct"}
+                "based": "Based", "hyena": "Hyena", "deltaproduct": "DeltaProduct",
+                "kda": "KDA", "comba": "Comba"}
 
 
 def _paper_row(*five: float) -> dict[str, float | None]:
