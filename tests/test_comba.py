@@ -131,7 +131,7 @@ def test_initialisation_and_optimizer_group():
   dt = softplus(dt_bias) log-uniform in [1e-3, 0.1]; A_log, dt_bias and D (fla's
   _no_weight_decay, and nothing else: not decay) trained apart, without weight decay."""
   heads = 512
-  mixer = Comba(num_heads=heads, correction_factor=0.02)
+  mixer = Comba(num_heads=heads, correction_factor=0.02, form="recurrent")
   p = run_once(lambda: mixer.init(jax.random.PRNGKey(0), jnp.zeros((1, 2, heads)),
                                   jnp.ones((1, 2), bool), deterministic=True)["params"])
   assert np.all(np.asarray(p["decay"]) == 1.0) and np.allclose(p["D"], 0.02)

@@ -124,7 +124,7 @@ def test_initialisation_and_optimizer_group():
   [1e-3, 0.1] per head and key channel; A_log and dt_bias (and nothing else) trained apart,
   without weight decay."""
   heads = 256
-  mixer = KDA(num_heads=heads)
+  mixer = KDA(num_heads=heads, form="recurrent")  # the cheaper compile
   p = run_once(lambda: mixer.init(jax.random.PRNGKey(0), jnp.zeros((1, 2, 2 * heads)),
                                   jnp.ones((1, 2), bool), deterministic=True)["params"])
   A = np.exp(np.float64(p["A_log"]))
