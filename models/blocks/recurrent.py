@@ -1,8 +1,9 @@
 """The base class of the recurrent family (Mamba-2, RetNet, GLA, HGRN2, DeltaNet, Gated
-DeltaNet, DeltaProduct, mLSTM): the settings of the core (models/ops/matrix_recurrence.py: its
-form and chunk size) and of the direction, and what every member has the same way: the heads
-(the encoder's num_heads, checked), the state count from each mixer's head sizes, and the input
-setup; a member whose position takes several core steps (DeltaProduct) overrides `core`.
+DeltaNet, DeltaProduct, KDA, Comba, mLSTM): the settings of the core
+(models/ops/matrix_recurrence.py: its form and chunk size) and of the direction, and what every
+member has the same way: the heads (the encoder's num_heads, checked), the state count from
+each mixer's head sizes, and the input setup; a member whose position takes several core
+steps (DeltaProduct) overrides `core`.
 
 Bidirectional (LRA's tasks are non-causal): the core runs over the sequence and over the
 reversed sequence with the same queries, keys, values and gates, and the two outputs are
