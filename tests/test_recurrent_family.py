@@ -29,12 +29,11 @@ SETTINGS = {"mamba2": dict(d_state=3, head_dim=2, groups=2, conv_kernel=3, expan
             "mlstm": dict(qkv_blocksize=2)}
 
 
-# Members whose gates take the core's chunked form down a path another member's default test
-# takes (HGRN2's vector decay: GLA's; DeltaNet's delta rule: Gated DeltaNet's and
-# DeltaProduct's; Comba's diagonal-plus-rank-one kind: KDA's, whose decay per key channel is
-# the harder case, the scalar one checked by tests/test_dplr.py): their chunked == recurrent
-# `-m slow`.
-SAME_CORE_KIND = ("hgrn2", "deltanet", "comba")
+# Members whose gates take the core's chunked form down a path another default test takes
+# (HGRN2's vector decay: GLA's; DeltaNet's delta rule: Gated DeltaNet's and DeltaProduct's;
+# KDA's and Comba's diagonal-plus-rank-one kind: tests/test_dplr.py's chunked == recurrent,
+# gradients included, for vector and scalar decays): their chunked == recurrent `-m slow`.
+SAME_CORE_KIND = ("hgrn2", "deltanet", "kda", "comba")
 
 
 def _mixer(name: str, **settings):
