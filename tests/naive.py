@@ -369,3 +369,21 @@ def mamba2_row(p, x, settings, bidirectional, xp=np):
   g = (y * silu(z)).reshape(length, groups, inner // groups)  # RMSNorm(y SiLU(z)) per group
   g = g / xp.sqrt(xp.mean(g * g, axis=-1, keepdims=True) + 1e-5)
   return (g.reshape(length, inner) * p["norm"][None]) @ p["out_proj"]["kernel"]
+
+
+def transition_loop(q, k, v, beta, transition, mask, *, reverse=False):
+  """o_t = S_t^T q_t with S_t = M_t S_{t-1} + beta_t k_t v_t^T for given K x K transitions M_t
+  (B x L x H x K x K: KDA's (I - beta k k^T) diag(a), Comba's a I - beta k p^T), the matrix
+  form position by position (a scan over t); a padded position leaves S and outputs 0."""
+  batch, _, heads, key = q.shape
+
+  def step(S, xs):
+    q_t, k_t, v_t, b_t, M_t, real = xs
+    written = M_t @ S + b_t[..., None, None] * (k_t[..., :, None] @ v_t[..., None, :])
+    S = jnp.where(real[:, None, None, None], written, S)
+    o_t = (jnp.swapaxes(S, -1, -2) @ q_t[..., None])[..., 0]
+    return S, jnp.where(real[:, None, None], o_t, 0.0)
+
+  xs = [jnp.moveaxis(jnp.asarray(a), 1, 0) for a in (q, k, v, beta, transition, mask)]
+  S = jnp.zeros((batch, heads, key, v.shape[-1]))
+  return jnp.moveaxis(jax.lax.scan(step, S, xs, reverse=reverse)[1], 0, 1)

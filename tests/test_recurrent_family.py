@@ -32,12 +32,13 @@ SETTINGS = {"mamba2": dict(d_state=3, head_dim=2, groups=2, conv_kernel=3, expan
             "mlstm": dict(qkv_blocksize=2)}
 
 
-# Members whose gates take the core's chunked form down a path another member's default test
-# takes (HGRN2's vector decay: GLA's; DeltaNet's delta rule: Gated DeltaNet's and
-# DeltaProduct's; Mamba-3's scalar decay: Mamba-2's, its own steps the same in either form and
-# checked against its reference in the chunked one, tests/test_mamba3.py): their chunked ==
-# recurrent `-m slow`.
-SAME_CORE_KIND = ("hgrn2", "deltanet", "mamba3")
+# Members whose gates take the core's chunked form down a path another default test takes
+# (HGRN2's vector decay: GLA's; DeltaNet's delta rule: Gated DeltaNet's and DeltaProduct's;
+# Mamba-3's scalar decay: Mamba-2's, its own steps the same in either form and checked against
+# its reference in the chunked one, tests/test_mamba3.py; KDA's and Comba's
+# diagonal-plus-rank-one kind: tests/test_dplr.py's chunked == recurrent, gradients included,
+# for vector and scalar decays): their chunked == recurrent `-m slow`.
+SAME_CORE_KIND = ("hgrn2", "deltanet", "mamba3", "kda", "comba")
 
 
 def _mixer(name: str, **settings):
@@ -50,20 +51,24 @@ def _mixer(name: str, **settings):
 
 def _hard_gates(name: str, variables):
   """Each mixer's initial parameters plus N(0, 0.3) noise, with the gates its chunked form finds
-  hardest: the delta rule's beta pushed to 0 or 1 (b_proj scaled up); Gated DeltaNet's decay
-  e^-48 a step in one head and weak in the other; Mamba-2's dt near 1 with decays from e^-0.3
-  to e^-2 (at init, dt near 0.01 would make the recurrence nearly a sum); Mamba-3's dt near 1
-  with its projections (trapezoid, angles, A) scaled up; RWKV-7's decays near
-  their strongest, e^-0.61 a step, and its in-context learning rate near 1."""
+  hardest: the delta rule's beta pushed to 0 or 1 (b_proj scaled up); Gated DeltaNet's and
+  Comba's decay e^-48 a step in one head and weak in the other; KDA's from weak to e^-48 a step
+  over each head's key channels; Mamba-2's dt near 1 with decays from e^-0.3 to e^-2 (at init,
+  dt near 0.01 would make the recurrence nearly a sum); Mamba-3's dt near 1 with its
+  projections (trapezoid, angles, A) scaled up; RWKV-7's decays near their strongest, e^-0.61
+  a step, and its in-context learning rate near 1."""
   p = helpers.perturb(variables, seed=1, scale=0.3)["params"]
   if "b_proj" in p:
     p["b_proj"]["kernel"] = 30 * p["b_proj"]["kernel"]
-  if name == "gated_deltanet":
+  if name in ("gated_deltanet", "comba"):
     p["A_log"] = jnp.log(jnp.asarray([16.0, 0.01]))
     p["dt_bias"] = jnp.asarray([3.0, -3.0])
   if name == "rwkv7":
     for lora in ("w_lora", "a_lora"):
       p[lora]["up"]["bias"] = p[lora]["up"]["bias"] + 4.0
+  if name == "kda":
+    p["A_log"] = jnp.log(jnp.asarray([16.0, 1.0]))
+    p["dt_bias"] = jnp.tile(jnp.linspace(-6.0, 3.0, p["dt_bias"].shape[0] // 2), 2)
   if name == "mamba2":
     heads = p["dt_bias"].shape[0]
     p["dt_bias"] = jnp.full((heads,), 0.5)
@@ -180,7 +185,7 @@ def test_the_family_is_the_seven_and_each_declares_its_heads():
   from them), not inherited; the heads are the encoder's num_heads (Mamba-2's and Mamba-3's:
   head_dim's)."""
   assert set(FAMILY) >= {"mamba2", "retnet", "gla", "hgrn2", "deltanet", "gated_deltanet",
-                         "mlstm", "deltaproduct", "rwkv7"}
+                         "mlstm", "deltaproduct", "rwkv7", "kda", "comba"}
   for name in FAMILY:
     assert registry.get(name).head_sizes is not RecurrentMixer.head_sizes, name
     heads, key, value = _mixer(name).head_sizes(WIDTH)

@@ -1,6 +1,6 @@
 """The recurrent family's LRA tables (configs/published): HGRN2's from its authors' run script,
 checked against values transcribed here from OpenNLPLab/HGRN2 run_lra.py (commit b154c396),
-and the eight at S5's size (our choice, configs/published/recurrent.py): parameter parity with
+and the ten at S5's size (our choice, configs/published/recurrent.py): parameter parity with
 S5's published models, S5's training, bidirectional mixers, the authors' no-decay groups; MQAR
 reads each recurrence in its LRA direction. That every task's config of each loads, with and
 without `cpu`, and builds is tests/test_published_configs.py's (its models are the folder's)."""
@@ -20,7 +20,7 @@ from lra.training import optim
 
 LRA = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 AT_S5_SIZE = ("mamba2", "retnet", "gla", "deltanet", "gated_deltanet", "deltaproduct",
-              "rwkv7", "mlstm")
+              "rwkv7", "kda", "comba", "mlstm")
 FAMILY = (*AT_S5_SIZE, "hgrn2")
 
 
@@ -80,14 +80,16 @@ def test_our_choices_are_at_parameter_parity_with_s5_and_train_as_s5(name, task)
 
 @pytest.mark.parametrize("name", AT_S5_SIZE)
 def test_only_the_authors_no_decay_leaves_skip_weight_decay(name):
-  """The mixer's OPTIMIZER_GROUP (Mamba-2: A_log, D, dt_bias; Gated DeltaNet: A_log,
-  dt_bias) trains without weight decay, at the global rate; every other leaf decays."""
+  """The mixer's OPTIMIZER_GROUP (Mamba-2: A_log, D, dt_bias; Gated DeltaNet, KDA: A_log,
+  dt_bias; Comba: A_log, dt_bias, D) trains without weight decay, at the global rate; every
+  other leaf decays."""
   c = task_config("listops").get_config(name)
   params = _variables(c.model, "listops")["params"]
   labels = optim.param_labels(params, optim.groups(c), optim.explicit_names(c))
   no_decay = {"mamba2": {"A_log", "D", "dt_bias"},
               "gated_deltanet": {"A_log", "dt_bias"},
-              "deltaproduct": {"A_log", "dt_bias"}}.get(name, set())
+              "deltaproduct": {"A_log", "dt_bias"}, "kda": {"A_log", "dt_bias"},
+              "comba": {"A_log", "dt_bias", "D"}}.get(name, set())
   for path, label in jax.tree_util.tree_flatten_with_path(labels)[0]:
     leaf = path[-1].key
     assert label == (optim.SSM if leaf in no_decay else optim.OTHER), leaf

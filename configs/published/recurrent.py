@@ -1,12 +1,13 @@
 """The recurrent family's LRA settings at S5's size -- OUR CHOICE, not published: read this first.
 
-Mamba-2, RetNet, GLA, DeltaNet, Gated DeltaNet, DeltaProduct, RWKV-7 and mLSTM released no
-Long Range Arena configuration (HGRN2's authors did: configs/published/hgrn2.py). As for Mamba
+Mamba-2, RetNet, GLA, DeltaNet, Gated DeltaNet, DeltaProduct, RWKV-7, KDA, Comba and mLSTM
+released no Long Range Arena configuration (HGRN2's authors did: configs/published/hgrn2.py). As for Mamba
 (configs/published/mamba.py), each gets a bidirectional model at parameter parity with S5's
 published LRA model (configs/published/s5.py) and S5's training budget, so that all are
 compared on equal terms; nothing here is tuned. This module is their one builder: each
 model's file (mamba2.py, retnet.py, gla.py, deltanet.py, gated_deltanet.py, deltaproduct.py,
-rwkv7.py, mlstm.py) gives its block, heads, mixer settings and widths, and its own deviations.
+rwkv7.py, kda.py, comba.py, mlstm.py) gives its block, heads, mixer settings and widths, and
+its own deviations.
 
 Shared choices:
 - Sizes: S5's depth per task. The width D is the multiple of 8 (16 where the heads need it)
@@ -36,16 +37,16 @@ Shared choices:
   mixers have none inside.
 - Training: S5's per task (batch size, epochs, learning rate, weight decay, warmup, cosine
   schedule, Adam b2 0.999 and eps 1e-8, no clipping, dropout). A mixer's OPTIMIZER_GROUP
-  (Mamba-2: A_log, D, dt_bias; Gated DeltaNet and DeltaProduct: A_log, dt_bias: the leaves
-  their authors mark _no_weight_decay) gets no weight decay and the global learning rate
-  (ssm_learning_rate = learning_rate); every other parameter decays.
+  (Mamba-2: A_log, D, dt_bias; Gated DeltaNet, DeltaProduct and KDA: A_log, dt_bias; Comba:
+  A_log, dt_bias, D: the leaves their authors mark _no_weight_decay) gets no weight decay and
+  the global learning rate (ssm_learning_rate = learning_rate); every other parameter decays.
 
-Deviations shared by the eight (each file adds its own):
+Deviations shared by the ten (each file adds its own):
 - LayerNorm in the blocks and after them, where the authors' models use RMSNorm.
 - The MLP sub-layer is GELU where the authors' is a SwiGLU, and its width is set for parity
   (above), so its ratio to D is near, not at, the authors'. On Retrieval the head's hidden
   layer is mlp_dim wide (S5's: D), as the encoder has one width for both.
-- Bidirectional: all eight authors' layers are causal; the two-pass average is ours (each
+- Bidirectional: all ten authors' layers are causal; the two-pass average is ours (each
   mixer's docstring says how it runs).
 """
 from lra.configs.published import S5_PIXELS, pixel_encoder, s5

@@ -50,11 +50,17 @@ _SLOTS = math.lcm(len(_COLOURS), len(_MARKERS))
 def model_style(model: str) -> tuple[Any, str]:
   """The (colour, marker) of `model` in every chart: by its place among the known models;
   another name (a mixer from outside models/, a row started from another run) by a hash of
-  the name into the pairs no known model has, so it too looks the same in every chart."""
+  the name, so it too looks the same in every chart: into the colours no known model has
+  while some remain (an outside model never takes a known model's colour, whichever models
+  are known), else into the pairs no known model has."""
   if model in _KNOWN:
     index = _KNOWN.index(model)
-  else:  # crc32, not hash(): the same in every process
-    index = len(_KNOWN) + zlib.crc32(model.encode()) % (_SLOTS - len(_KNOWN))
+    return _COLOURS[index % len(_COLOURS)], _MARKERS[index % len(_MARKERS)]
+  code = zlib.crc32(model.encode())  # crc32, not hash(): the same in every process
+  free = len(_COLOURS) - len(_KNOWN)
+  if free > 0:
+    return _COLOURS[len(_KNOWN) + code % free], _MARKERS[code % len(_MARKERS)]
+  index = len(_KNOWN) + code % (_SLOTS - len(_KNOWN))
   return _COLOURS[index % len(_COLOURS)], _MARKERS[index % len(_MARKERS)]
 
 

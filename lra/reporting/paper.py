@@ -33,7 +33,7 @@ MODEL_TITLES = {"transformer": "Transformer", "local": "Local Attention",
                 "deltanet": "DeltaNet", "gated_deltanet": "Gated DeltaNet", "mlstm": "mLSTM",
                 "based": "Based", "hyena": "Hyena", "deltaproduct": "DeltaProduct",
                 "mamba3": "Mamba-3",
-                "rwkv7": "RWKV-7"}
+                "rwkv7": "RWKV-7", "kda": "KDA", "comba": "Comba"}
 
 
 def _paper_row(*five: float) -> dict[str, float | None]:

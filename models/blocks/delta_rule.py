@@ -1,9 +1,12 @@
-"""What DeltaNet, Gated DeltaNet and DeltaProduct share (fla's DeltaNet, GatedDeltaNet and
-GatedDeltaProduct layers): the heads' q, k, v (projection, short causal convolution + SiLU, l2
-norm of q and k, q scaled; DeltaProduct's several keys and values per position), the writing
-strength beta, the data-dependent decay (Gated DeltaNet's, DeltaProduct's forget gate), and
-the output (RMS norm, optionally gated by SiLU(g_proj(x)), then o_proj), as their base class.
-The recurrence is the core's delta form (models/ops/matrix_recurrence.py)."""
+"""What DeltaNet, Gated DeltaNet, DeltaProduct, KDA and Comba share (fla's DeltaNet,
+GatedDeltaNet, GatedDeltaProduct, KimiDeltaAttention and Comba layers): the heads' q, k, v
+(projection, short causal convolution + SiLU, l2 norm of q and k, q scaled; DeltaProduct's
+several keys and values per position; Comba's corrections act on the convolutions' outputs
+before the norms), the writing strength beta, the data-dependent decay (Gated DeltaNet's,
+DeltaProduct's forget gate, Comba's), and the output (RMS norm, optionally gated by
+act(g_proj(x)), SiLU or KDA's and Comba's sigmoid, then o_proj), as their base class. The
+recurrence is the core's delta form, or its diagonal-plus-rank-one form (KDA, Comba)
+(models/ops/matrix_recurrence.py)."""
 from __future__ import annotations
 
 import math
@@ -19,6 +22,7 @@ from lra.models.blocks.recurrent import RecurrentMixer
 from lra.models.blocks.short_conv import ShortConv
 
 L2_EPS = 1e-6  # fla's l2norm: x / sqrt(sum x^2 + eps)
+GATES = {"silu": jax.nn.silu, "sigmoid": jax.nn.sigmoid}  # FusedRMSNormGated's activations
 A_MAX = 16.0  # A uniform in (0, A_MAX) per head (fla's layers)
 DT_RANGE = (0.001, 0.1)  # dt log-uniform in it at init (fla's layers: "hard coded for now")
 
@@ -35,9 +39,9 @@ def l2_normalise(x_BxLxHxK):
 
 
 class DeltaRuleMixer(RecurrentMixer):
-  """The base of DeltaNet, Gated DeltaNet and DeltaProduct: H = num_heads heads of K = D / H
-  key channels and V = value_expand x K value channels (a subclass with V != K overrides
-  `value_expand`)."""
+  """The base of DeltaNet, Gated DeltaNet, DeltaProduct, KDA and Comba: H = num_heads heads of
+  K = D / H key channels and V = value_expand x K value channels (a subclass with V != K
+  overrides `value_expand`)."""
   conv_kernel: int = s.setting(4, s.Int(1), "kernel of the depthwise causal convs on q, k, v "
                                "(fla's conv_size)")
   allow_neg_eigval: bool = s.setting(False, s.Bool(), "beta = 2 sigmoid(.): the transition's "
@@ -64,20 +68,26 @@ class DeltaRuleMixer(RecurrentMixer):
     return nn.Dense(features, use_bias=False, dtype=self.dtype, kernel_init=torch_default,
                     name=name)
 
+  # The output gate's activation (fla's FusedRMSNormGated: "silu", KDA's and Comba's
+  # "sigmoid").
+  GATE = "silu"
+
+  def branch(self, h_BxLxD, mask_BxL, name: str, per_head: int,
+             copies: tuple[int, ...] = ()):
+    """SiLU(conv(name_proj(x))) split into heads: B x L x copies x H x per_head, float32."""
+    heads = self.num_heads
+    y = self.dense(math.prod(copies) * heads * per_head, f"{name}_proj")(h_BxLxD)
+    y = ShortConv(self.conv_kernel, activation=True, name=f"{name}_conv1d")(y, mask_BxL)
+    return y.reshape(y.shape[:2] + copies + (heads, per_head))  # fla's '(h d)': head-major
+
   def heads_qkv(self, h_BxLxD, mask_BxL, key: int, value: int, steps: int | None = None):
     """q (l2-normalised, scaled K^-1/2), k (l2-normalised): B x L x H x K; v: B x L x H x V;
     float32. With `steps` (DeltaProduct's keys and values per position) k and v are
     B x L x steps x H x K|V, from one projection and one conv each (fla's '(n h d)' order)."""
-    heads = self.num_heads
-
-    def branch(name: str, per_head: int, copies: tuple[int, ...] = ()):
-      y = self.dense(math.prod(copies) * heads * per_head, f"{name}_proj")(h_BxLxD)
-      y = ShortConv(self.conv_kernel, activation=True, name=f"{name}_conv1d")(y, mask_BxL)
-      return y.reshape(y.shape[:2] + copies + (heads, per_head))  # fla's '(h d)': head-major
-
     copies = () if steps is None else (steps,)
-    q_BxLxHxK = l2_normalise(branch("q", key)) * key ** -0.5
-    return q_BxLxHxK, l2_normalise(branch("k", key, copies)), branch("v", value, copies)
+    q_BxLxHxK = l2_normalise(self.branch(h_BxLxD, mask_BxL, "q", key)) * key ** -0.5
+    return (q_BxLxHxK, l2_normalise(self.branch(h_BxLxD, mask_BxL, "k", key, copies)),
+            self.branch(h_BxLxD, mask_BxL, "v", value, copies))
 
   def beta(self, h_BxLxD, steps: int | None = None):
     """beta_BxLxH = sigmoid(b_proj(x)) (x 2 with allow_neg_eigval), float32; with `steps`,
@@ -96,12 +106,15 @@ class DeltaRuleMixer(RecurrentMixer):
     a_BxLxH = self.dense(heads, "a_proj")(h_BxLxD).astype(jnp.float32)
     return -jnp.exp(A_log_H)[None, None] * jax.nn.softplus(a_BxLxH + dt_bias_H[None, None])
 
+  def gate(self, h_BxLxD, shape):
+    """The output gate's input, g_proj(x): D -> H V, no bias, float32 of `shape`
+    (B x L x H x V)."""
+    g_BxLxF = self.dense(shape[2] * shape[3], "g_proj")(h_BxLxD)
+    return g_BxLxF.astype(jnp.float32).reshape(shape)
+
   def output(self, o_BxLxHxV, h_BxLxD, width: int):
-    """o_proj(RMSNorm(o)), or o_proj(RMSNorm(o) * SiLU(g_proj(x))) with use_gate; o_proj a
-    Dense over the merged heads (H V -> D), PyTorch's initialisation."""
-    gate_BxLxHxV = None
-    if self.use_gate:
-      g_BxLxF = self.dense(o_BxLxHxV.shape[2] * o_BxLxHxV.shape[3], "g_proj")(h_BxLxD)
-      gate_BxLxHxV = g_BxLxF.astype(jnp.float32).reshape(o_BxLxHxV.shape)
+    """o_proj(RMSNorm(o)), or o_proj(RMSNorm(o) * act(gate(x))) with use_gate (act: GATE);
+    o_proj a Dense over the merged heads (H V -> D), PyTorch's initialisation."""
+    gate_BxLxHxV = self.gate(h_BxLxD, o_BxLxHxV.shape) if self.use_gate else None
     return gated_output(o_BxLxHxV, gate_BxLxHxV, self.dense(width, "o_proj"), norm="o_norm",
-                        dtype=self.dtype, flat=True)
+                        dtype=self.dtype, flat=True, activation=GATES[self.GATE])

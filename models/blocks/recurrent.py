@@ -1,5 +1,5 @@
 """The base class of the recurrent family (Mamba-2, Mamba-3, RetNet, GLA, HGRN2, DeltaNet, Gated
-DeltaNet, DeltaProduct, mLSTM): the settings of the core (models/ops/matrix_recurrence.py: its
+DeltaNet, DeltaProduct, RWKV-7, KDA, Comba, mLSTM): the settings of the core (models/ops/matrix_recurrence.py: its
 form and chunk size) and of the direction, and what every member has the same way: the heads
 (the encoder's num_heads, checked), the state count from each mixer's head sizes, and the input
 setup; a member whose position takes several core steps (DeltaProduct) or that prepares its
