@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lra.models.ops import vector_decay
 from lra.models.ops.matrix_recurrence import recurrence
 from tests.helpers import run_once
 
@@ -157,10 +158,9 @@ def test_huge_write_gates_stay_finite():
 @pytest.mark.parametrize("sub", [2, 3])
 def test_vector_decay_sub_chunks(monkeypatch, sub):
   """A chunk of 6 in sub-chunks of 2 or 3 (the default 16 needs longer inputs): values and
-  gradients equal the loop's, also under decays of e^-60 per step (the factorised form's
-  overflow)."""
-  from lra.models.ops import matrix_recurrence
-  monkeypatch.setattr(matrix_recurrence, "SUB", sub)
+  gradients equal the loop's, under decays of e^-60 per step in one head (the factorised
+  form's overflow: its guard takes the sub-chunked form)."""
+  monkeypatch.setattr(vector_decay, "SUB", sub)
   q, k, v, gates = _inputs(5, "vector")
   gates["log_decay"][0, :, 0] = -60.0
   mask = _mask()
@@ -196,3 +196,69 @@ def test_grouped_queries_and_keys_equal_repeated_ones(write):
   (chunked, recurrent), expected = run_once(outputs, q1, k1, v, gates)
   for o in (chunked, recurrent):
     np.testing.assert_allclose(o, expected, atol=1e-5, rtol=1e-4)
+
+
+def _spy_forms(monkeypatch):
+  """The names of the vector decay's score forms as they run (not as they are traced: a
+  lax.cond traces both branches)."""
+  ran = []
+  for name in ("factorised", "sub_chunked"):
+    def spy(q, k, G, form=getattr(vector_decay, name), name=name):
+      jax.debug.callback(lambda: ran.append(name))
+      return form(q, k, G)
+    monkeypatch.setattr(vector_decay, name, spy)
+  return ran
+
+
+# Vector decays and the score form their guard must take (chunks of 4 positions).
+GUARD_CASES = {"ordinary": "factorised",  # at most e^-8 over a chunk
+               "strong": "sub_chunked",  # e^-60 a position: a chunk's product underflows
+               "one_strong_chunk": "sub_chunked",  # e^-60 in positions 4-7 of one row only
+               "signed": "factorised"}  # decays in [-1, -0.2] and [0.2, 1]
+
+
+@pytest.mark.parametrize("case", list(GUARD_CASES))
+def test_vector_decay_guard_takes_the_right_form_and_stays_exact(monkeypatch, case):
+  """The chunked form equals the recurrent one (values and gradients of q, k, v and the log
+  decays), whichever score form the guard takes; and it takes the factorised one under
+  ordinary and signed decays, the sub-chunked one once any chunk's decay exceeds the
+  factorised form's range (one predicate a call: one strong chunk is enough)."""
+  ran = _spy_forms(monkeypatch)
+  q, k, v, gates = _inputs(8, "vector")
+  g, negative = gates["log_decay"], None
+  if case == "strong":
+    g = np.full_like(g, -60.0)
+  if case == "one_strong_chunk":
+    g[0, 4:8, 1] = -60.0
+  if case == "signed":
+    a = np.random.default_rng(9).uniform(0.2, 1.0, size=g.shape)
+    a[::2] = -a[::2]
+    g, negative = np.log(np.abs(a)), jnp.asarray(a < 0)
+  mask = jnp.asarray(_mask())
+  cotangent = np.random.default_rng(10).normal(size=(B, L, H, V))
+
+  def program(q, k, v, g):
+    run = lambda form, *args: recurrence(*args[:3], mask, log_decay=args[3], form=form,
+                                         negative=negative, chunk_size=4)[0]
+    loss = lambda form, *args: jnp.sum(run(form, *args) * cotangent)
+    return [(run(f, q, k, v, g), jax.grad(functools.partial(loss, f), argnums=(0, 1, 2, 3))(
+        q, k, v, g)) for f in ("recurrent", "chunked")]
+
+  (o_r, grad_r), (o_c, grad_c) = run_once(program, q, k, v, g)
+  assert set(ran) == {GUARD_CASES[case]}
+  np.testing.assert_allclose(o_c, o_r, atol=2e-5 * np.abs(o_r).max(), rtol=2e-4)
+  for r, c in zip(grad_r, grad_c):
+    assert np.all(np.isfinite(c))
+    np.testing.assert_allclose(c, r, atol=1e-4 * max(1.0, np.abs(r).max()), rtol=1e-3)
+
+
+def test_vector_decay_guard_bound_is_about_the_chunk_middle():
+  """factorisable: the exponents are measured from the middle of each chunk's range of G,
+  so a range of 2 BOUND passes and a little more does not, wherever the range lies (a large
+  common decay before it costs nothing); a NaN never passes."""
+  bound = vector_decay.BOUND
+  chunks = lambda *values: jnp.asarray(values, jnp.float32).reshape(1, 1, 1, -1, 1)
+  assert vector_decay.factorisable(chunks(0.0, -bound, -2 * bound))
+  assert vector_decay.factorisable(chunks(-1000.0, -1000.0 - 2 * bound))
+  assert not vector_decay.factorisable(chunks(0.0, -2 * bound - 1.0))
+  assert not vector_decay.factorisable(chunks(0.0, jnp.nan))

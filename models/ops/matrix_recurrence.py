@@ -45,10 +45,11 @@ real tokens, and padded positions output 0.
 The chunked form (Yang et al. 2023, GLA's chunkwise form; Dao & Gu 2024, SSD): chunks of C
 positions; inside a chunk an attention-like masked C x C product, between chunks the state
 passed on by a scan over the chunks (L / C sequential steps of K x V matmuls instead of L).
-A vector decay weighs each key channel separately inside a chunk (a C x C x K product, exact
-whatever the decay's strength; the factorised q exp(G_t), k exp(-G_j) form overflows once a
-chunk's decay passes e^88). The delta rule uses the UT form (Yang et al. 2024, "Parallelizing
-Linear Transformers with the Delta Rule over Sequence Length"): inside a chunk, with
+A vector decay weighs each key channel separately inside a chunk (models/ops/vector_decay.py:
+one matmul a chunk, q exp(G_t - R) by k exp(R - G_j), where a guard shows those factors stay
+inside float32's range, else a C x C x K product by sub-chunks, exact for any decay). The
+delta rule uses the UT form (Yang et al. 2024, "Parallelizing Linear Transformers with the
+Delta Rule over Sequence Length"): inside a chunk, with
 Gamma_t = exp(sum of log a up to t inside the chunk) and S_0 the state entering the chunk,
     u_t = beta_t (v_t - Gamma_t S_0^T k_t) - beta_t sum_{j<t} Gamma_t / Gamma_j (k_t . k_j) u_j
 is a unit lower-triangular system (I + A) U = beta (V - Gamma K S_0), solved once per chunk for
@@ -67,12 +68,12 @@ from lra.models.ops.chunking import pass_states as _pass_states
 from lra.models.ops.chunking import unchunk as _unchunk
 from lra.models.ops.chunking import unit_lower_inverse
 from lra.models.ops import dplr as _dplr
+from lra.models.ops import vector_decay
 from lra.models.ops.signed import LOG_ZERO, chunk_signs
 
 FLOOR = -60.0  # the stabiliser's floor: exp(-FLOOR) stays finite in float32
 _NO_WRITE = -1e30  # log_write of a padded position: exp() = 0 after any finite shift
 FORMS = ("chunked", "recurrent")
-SUB = 16  # a vector decay's sub-chunk (see _vector_scores)
 
 
 def recurrence(q_BxLxHxK, k_BxLxHxK, v_BxLxHxV, mask_BxL, *, log_decay=None, negative=None,
@@ -248,43 +249,11 @@ def _chunked_vector(qc, kc, vc, G, sig=None):
     qc, kc = qc * sig, kc * sig
     k_out, chunk_decay = k_out * sig * sig[:, :, :, -1:], chunk_decay * sig[:, :, :, -1]
   entering = _pass_states(chunk_decay, jnp.einsum("bhnck,bhncv->bhnkv", k_out, vc))
-  o = (jnp.einsum("bhntj,bhnjv->bhntv", _vector_scores(qc, kc, G), vc)
+  o = (jnp.einsum("bhntj,bhnjv->bhntv", vector_decay.scores(qc, kc, G), vc)
        + jnp.einsum("bhntk,bhnkv->bhntv", qc * jnp.exp(G), entering))
   return o
 
 
-def _sub_size(size: int) -> int:
-  """The sub-chunk of a vector decay's scores: the largest divisor of the chunk <= SUB."""
-  return max(d for d in range(1, min(size, SUB) + 1) if size % d == 0)
-
-
-def _vector_scores(qc, kc, G):
-  """B x H x N x C x C scores sum_k q_tk k_jk exp(G_tk - G_jk) (j <= t) of a vector decay,
-  by sub-chunks of c positions (GLA's secondary chunking): between sub-chunks a > b the
-  weight splits at R_a, the cumulative decay where sub-chunk a starts, into
-  exp(G_t - R_a) exp(R_a - G_j), both <= 1 (a matmul); inside a sub-chunk it is formed
-  channel by channel (c x c x K). Exact whatever the decay's strength."""
-  size, width = G.shape[3], G.shape[-1]
-  c = _sub_size(size)
-  subs = size // c
-  shape = G.shape[:3] + (subs, c, width)
-  Gs, qs, ks = G.reshape(shape), qc.reshape(shape), kc.reshape(shape)
-  # R: B x H x N x S x K, the cumulative decay before each sub-chunk's first position.
-  R = jnp.concatenate([jnp.zeros_like(Gs[:, :, :, :1, 0]), Gs[:, :, :, :-1, -1]], axis=3)
-  q_hat = qs * jnp.exp(Gs - R[:, :, :, :, None])  # B x H x N x S x c x K
-  # k_j exp(R_a - G_j) for j before sub-chunk a (else 0): B x H x N x S x C x K.
-  before = (jnp.arange(size)[None, :] < c * jnp.arange(subs)[:, None])[None, None, None]
-  gap = R[:, :, :, :, None] - G[:, :, :, None]
-  k_hat = kc[:, :, :, None] * jnp.exp(jnp.where(before[..., None], gap, -jnp.inf))
-  scores = jnp.einsum("bhnsik,bhnsjk->bhnsij", q_hat, k_hat)  # B x H x N x S x c x C
-  diff = Gs[..., :, None, :] - Gs[..., None, :, :]  # B x H x N x S x c x c x K
-  inside = jnp.tril(jnp.ones((c, c), bool))[None, None, None, None, :, :, None]
-  weights = jnp.exp(jnp.where(inside, diff, -jnp.inf))
-  diagonal = jnp.einsum("bhnsik,bhnsjk,bhnsijk->bhnsij", qs, ks, weights)
-  own = jnp.eye(subs, dtype=bool)[None, None, None, :, None, :, None]  # block s, columns s
-  scores = scores.reshape(shape[:5] + (subs, c)) + jnp.where(
-      own, diagonal[:, :, :, :, :, None, :], 0.0)
-  return scores.reshape(G.shape[:3] + (size, size))
 
 
 def _chunked_delta(q, k, v, g, b, size: int, n=None):
