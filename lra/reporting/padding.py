@@ -41,22 +41,27 @@ SETTINGS = {
     "deltanet": dict(chunk_size=8),
     "deltaproduct": dict(chunk_size=8),
     "gated_deltanet": dict(chunk_size=8),
+    "comba": dict(chunk_size=8),
     "gla": dict(chunk_size=8),
     "hgrn2": dict(chunk_size=8),
+    "kda": dict(chunk_size=8),
     "local": dict(block_size=8),
     "longformer": dict(window=8),
     "mamba": dict(chunk_size=8),
     "mamba2": dict(head_dim=8, chunk_size=8),
+    "mamba3": dict(chunk_size=8),
     "mlstm": dict(chunk_size=8),
     "nystromformer": dict(num_landmarks=4),
     "reformer": dict(n_buckets=4, chunk_len=8),
     "retnet": dict(chunk_size=8),
+    "rwkv7": dict(chunk_size=8, zero_init=False),
     "sinkhorn": dict(block_size=8),
     "sparse_transformer": dict(block_size=8, c=2),
     "transformer_xl": dict(segment_len=8, mem_len=8),
 }
 NEEDED = {
     "mamba2": "head_dim=8: its default 64 does not divide expand x width (2 x 16)",
+    "rwkv7": "zero_init=False: at the authors' init (o_proj 0) its outputs and gradients are 0",
 }
 # Named rows beyond each registered name's: label -> (mixer, settings update, layer_index).
 # Based's kind follows the layer (layer_index 1, as the contract builds it, is linear
