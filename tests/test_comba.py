@@ -153,7 +153,7 @@ def test_defaults_head_sizes_and_parameters():
   """fla's layer defaults (V = 2K); decay and D only with use_inner_decay and
   use_output_correction, g_proj only with use_gate."""
   assert registry.default_settings("comba") == dict(
-      form="chunked", chunk_size=64, bidirectional=False, combine="mean", conv_kernel=4,
+      form="chunked", chunk_size=32, bidirectional=False, combine="mean", conv_kernel=4,
       allow_neg_eigval=False, use_gate=True, expand_v=2, use_output_correction=True,
       use_inner_decay=True, correction_factor=1.0)
   assert Comba(num_heads=2).head_sizes(8) == (2, 4, 8)

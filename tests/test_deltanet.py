@@ -121,7 +121,7 @@ def test_defaults_head_sizes_and_errors():
   head_dim setting (the heads are the encoder's). The settings' own rules:
   tests/test_models.py."""
   assert registry.default_settings("deltanet") == dict(
-      form="chunked", chunk_size=64, bidirectional=False, combine="mean", conv_kernel=4,
+      form="chunked", chunk_size=32, bidirectional=False, combine="mean", conv_kernel=4,
       allow_neg_eigval=False, use_gate=False, use_beta=True)
   assert DeltaNet(num_heads=2).head_sizes(8) == (2, 4, 4)
   with pytest.raises(SettingError, match="num_heads=3 .* a divisor of the model width 8"):

@@ -132,7 +132,7 @@ def test_defaults_head_sizes_and_parameters():
   """fla's layer defaults; V = expand_v K; k_proj, v_proj and b_proj give N per position; the
   forget gate's A_log and dt_bias (the optimiser group) only with use_forget_gate."""
   assert registry.default_settings("deltaproduct") == dict(
-      form="chunked", chunk_size=64, bidirectional=False, combine="mean", conv_kernel=4,
+      form="chunked", chunk_size=32, bidirectional=False, combine="mean", conv_kernel=4,
       allow_neg_eigval=True, use_gate=True, num_householder=2, use_forget_gate=True,
       expand_v=2)
   assert DeltaProduct(num_heads=2).head_sizes(8) == (2, 4, 8)

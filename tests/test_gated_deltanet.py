@@ -147,7 +147,7 @@ def test_defaults_head_sizes_and_errors():
   """fla's defaults; V = expand_v K; no use_beta setting (beta always). The settings' own
   rules: tests/test_models.py; the heads' division, DeltaNet's: tests/test_deltanet.py."""
   assert registry.default_settings("gated_deltanet") == dict(
-      form="chunked", chunk_size=64, bidirectional=False, combine="mean", conv_kernel=4,
+      form="chunked", chunk_size=32, bidirectional=False, combine="mean", conv_kernel=4,
       allow_neg_eigval=False, use_gate=True, expand_v=2)
   assert GatedDeltaNet(num_heads=2).head_sizes(8) == (2, 4, 8)
   assert GatedDeltaNet(num_heads=4, expand_v=1).head_sizes(8) == (4, 2, 2)

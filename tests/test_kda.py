@@ -146,7 +146,7 @@ def test_defaults_head_sizes_and_parameters():
   """fla's layer defaults (V = K); the low-rank f_proj (D -> V -> H K) and g_proj (D -> V ->
   H V, a bias on the second), dt_bias per key channel; no g_proj without use_gate."""
   assert registry.default_settings("kda") == dict(
-      form="chunked", chunk_size=64, bidirectional=False, combine="mean", conv_kernel=4,
+      form="chunked", chunk_size=32, bidirectional=False, combine="mean", conv_kernel=4,
       allow_neg_eigval=False, use_gate=True, expand_v=1)
   assert KDA(num_heads=2).head_sizes(8) == (2, 4, 4)
   assert KDA(num_heads=2, expand_v=2).head_sizes(8) == (2, 4, 8)

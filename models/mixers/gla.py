@@ -4,7 +4,8 @@ Training"): gated linear attention as a token mixer.
 Per head, with alpha_t in (0, 1)^K a data-dependent forget gate over the key channels:
     S_t = diag(alpha_t) S_{t-1} + k_t v_t^T,   o_t = S_t^T q_t
 the core's vector decay (models/ops/matrix_recurrence.py, which runs it by chunks: the paper's
-chunkwise form, with the secondary chunking replaced by an exact C x C x K product).
+chunkwise form, guarded, with its secondary chunking where a chunk's decay is too strong for
+it: models/ops/vector_decay.py).
 
 The layer is flash-linear-attention's GatedLinearAttention (fla/layers/gla.py, the authors'
 maintained reference), D = the input width, H = num_heads (the encoder's),

@@ -16,7 +16,8 @@ vector over the key channels (B x L x H x K, diag(a_t) S: GLA, HGRN2). w_t = exp
 takes beta (B x L x H) and a scalar decay or none.
 
 Gates stay in log space: every factor formed is exp of a difference of cumulative log decays
-that is <= 0 (a later position minus an earlier one). With log_write the weights
+that is <= 0 (a later position minus an earlier one), but for a vector decay's scores, whose
+factors a guard keeps inside float32's range (models/ops/vector_decay.py). With log_write the weights
 exp(sum log a + log_write) can overflow, so the outputs are returned scaled by exp(-m_t), m_t a
 stabiliser (xLSTM's): at least the largest exponent of a write that position t reads, floored
 at FLOOR, carried by the max-plus recurrence m_t = max(log a_t + m_{t-1}, log_write_t, FLOOR).
