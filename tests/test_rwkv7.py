@@ -163,7 +163,7 @@ def test_defaults_heads_and_parameters():
   """The defaults (ranks from fla's formula, the authors' init); K = V = D / H, a width the
   heads do not split refused in one line; fla's parameters (no v_lora: no value residual)."""
   assert registry.default_settings("rwkv7") == dict(
-      form="chunked", chunk_size=64, bidirectional=False, combine="mean", decay_low_rank_dim=0,
+      form="chunked", chunk_size=32, bidirectional=False, combine="mean", decay_low_rank_dim=0,
       a_low_rank_dim=0, gate_low_rank_dim=0, zero_init=True)
   mixer = registry.make("rwkv7", {}, num_heads=HEADS)
   assert mixer.head_sizes(WIDTH) == (HEADS, 4, 4)
