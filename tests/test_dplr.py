@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lra.models.ops import dplr
+from lra.models.ops import vector_decay
 from lra.models.ops.matrix_recurrence import recurrence
 from tests.helpers import run_once
 
@@ -107,11 +107,19 @@ def test_decays_that_underflow_a_chunk_stay_exact():
 
 def test_each_route_is_taken_where_it_should_be():
   """Ordinary decays take the factorised route, strong ones the exact one (both tested for
-  values and gradients below), so neither route is dead code."""
-  chunked_G = lambda g: jnp.cumsum(jnp.asarray(g, jnp.float32).reshape(1, 1, 1, 8, 1), 3)
-  assert bool(dplr.factorisable(chunked_G(np.full(8, -0.5))))
-  assert not bool(dplr.factorisable(chunked_G(np.full(8, -30.0))))
-  assert not bool(dplr.factorisable(chunked_G([0, 0, 0, 0, -41, 0, 0, 0])))  # at the middle
+  values and gradients below), so neither route is dead code; the guard measures from the
+  middle of G's and Gx's range together (Gx, the decay up to t - 1, starts at 0)."""
+  def factorisable(g):
+    g = jnp.asarray(g, jnp.float32).reshape(1, 1, 1, 8, 1)
+    G = jnp.cumsum(g, 3)
+    return bool(vector_decay.factorisable(G, G - g))
+
+  wide = 2 * vector_decay.BOUND
+  assert factorisable(np.full(8, -0.5))
+  assert not factorisable(np.full(8, -30.0))
+  assert factorisable([0, 0, 0, 0, 1 - wide, 0, 0, 0])
+  assert not factorisable([0, 0, 0, 0, -1 - wide, 0, 0, 0])
+  assert not factorisable([-1 - wide, 0, 0, 0, 0, 0, 0, 0])  # G alone spans nothing
 
 
 @pytest.mark.parametrize("decay,strength", [pytest.param("scalar", (0.01, 2.0), marks=_SLOW),

@@ -203,9 +203,9 @@ def _spy_forms(monkeypatch):
   lax.cond traces both branches)."""
   ran = []
   for name in ("factorised", "sub_chunked"):
-    def spy(q, k, G, form=getattr(vector_decay, name), name=name):
+    def spy(*args, form=getattr(vector_decay, name), name=name):
       jax.debug.callback(lambda: ran.append(name))
-      return form(q, k, G)
+      return form(*args)
     monkeypatch.setattr(vector_decay, name, spy)
   return ran
 

@@ -20,27 +20,23 @@ lower-triangular system (I - A) U = F S_0 + B V, solved once per chunk (T = (I -
 the parts that do not depend on S_0, so that the scan over chunks only multiplies. The
 outputs and the next chunk's state follow from U by the same decayed scores with q (j <= t).
 
-A vector decay's four C x C score matrices (A, B and those of q) take one of two routes,
-chosen for the whole call by `factorisable` (jax.lax.cond: only the chosen one runs):
-- factorised, one matmul each: exp(Gx_t - G_j) = exp(Gx_t - R) exp(R - G_j) with R the
-  cumulative decay at the chunk's middle, so every exponent lies within [-X, X], X the larger
-  of -R and R - G_end. When X <= BOUND in every chunk and channel, no factor leaves float32's
-  normal range (e^40 = 2.4e17) and the product is the true weight to round-off;
-- exact, by sub-chunks (models/ops/matrix_recurrence.py's secondary chunking: a matmul
-  between sub-chunks after splitting the decay at the sub-chunk boundary, channel by channel
-  inside one), where every factor is exp of a non-positive difference: for decays of any
-  strength (a chunk's product may underflow).
-Both give the same function; the factorised route runs 3-4x faster here. Everything in float32. Signed decays are not taken here (the rank-one part carries negative eigenvalues).
+A vector decay's four C x C score matrices (A, B and those of q) take one of
+models/ops/vector_decay.py's two routes, chosen for the whole call by its guard (jax.lax.cond:
+only the chosen one runs): factorised, one matmul each, exp(Gx_t - G_j) = exp(Gx_t - R)
+exp(R - G_j) with R the middle of each chunk's and channel's range of G and Gx, where every
+exponent lies within +-60 (no factor leaves float32's range); else exact, by sub-chunks, every
+factor exp of a non-positive difference, for decays of any strength (a chunk's product may
+underflow). Both give the same function; the factorised route runs 3-4x faster here.
+Everything in float32. Signed decays are not taken here (the rank-one part carries negative
+eigenvalues).
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
+from lra.models.ops import vector_decay
 from lra.models.ops.chunking import chunks, unchunk, unit_lower_inverse
-
-SUB = 16  # a vector decay's sub-chunk (pair_scores)
-BOUND = 40.0  # the largest |exponent| the factorised route forms (module docstring)
 
 
 def recurrent(q, k, v, g, e, f):
@@ -64,76 +60,32 @@ def recurrent(q, k, v, g, e, f):
   return jnp.moveaxis(o, 0, 1)
 
 
-def _sub_size(size: int) -> int:
-  """The largest divisor of the chunk that is <= SUB."""
-  return max(d for d in range(1, min(size, SUB) + 1) if size % d == 0)
-
-
-def pair_scores(x, Gx, y, Gy, strict: bool):
-  """B x H x N x C x C scores sum_k x_tk y_jk exp(Gx_tk - Gy_jk) for j < t (`strict`) or
-  j <= t, 0 elsewhere; x, y: B x H x N x C x K; Gx, Gy: B x H x N x C (a scalar decay) or
-  x's shape (a vector decay), with Gx_t <= Gy_j wherever a score is kept (both cumulative
-  log decays, Gx up to t or t - 1, Gy up to j). A vector decay goes by sub-chunks of c
-  positions: between sub-chunks s > r the weight splits at R_s = Gy where sub-chunk s
-  begins (its previous position's), exp(Gx_t - R_s) exp(R_s - Gy_j), both <= 1 (a matmul);
-  inside one it is formed channel by channel (c x c x K)."""
+def _scalar_scores(x, Gx, y, Gy, strict: bool):
+  """B x H x N x C x C scores x_t . y_j exp(Gx_t - Gy_j) for j < t (`strict`) or j <= t, 0
+  elsewhere, under a scalar decay (Gx, Gy: B x H x N x C): one matmul, every weight exp of a
+  non-positive difference."""
   size = x.shape[3]
   keep = jnp.tril(jnp.ones((size, size), bool), -1 if strict else 0)[None, None, None]
-  if Gx.ndim == 4:
-    gap = jnp.exp(jnp.where(keep, Gx[..., :, None] - Gy[..., None, :], -jnp.inf))
-    return jnp.einsum("bhntk,bhnjk->bhntj", x, y) * gap
-  c, width = _sub_size(size), x.shape[-1]
-  subs = size // c
-  shape = x.shape[:3] + (subs, c, width)
-  xs, ys, Gxs, Gys = (a.reshape(shape) for a in (x, y, Gx, Gy))
-  R = jnp.concatenate([jnp.zeros_like(Gys[:, :, :, :1, 0]), Gys[:, :, :, :-1, -1]], axis=3)
-  x_hat = xs * jnp.exp(Gxs - R[:, :, :, :, None])  # B x H x N x S x c x K
-  before = (jnp.arange(size)[None, :] < c * jnp.arange(subs)[:, None])[None, None, None]
-  gap = R[:, :, :, :, None] - Gy[:, :, :, None]  # B x H x N x S x C x K
-  y_hat = y[:, :, :, None] * jnp.exp(jnp.where(before[..., None], gap, -jnp.inf))
-  scores = jnp.einsum("bhnsik,bhnsjk->bhnsij", x_hat, y_hat)  # B x H x N x S x c x C
-  inside = jnp.tril(jnp.ones((c, c), bool), -1 if strict else 0)[None, None, None, None]
-  diff = Gxs[..., :, None, :] - Gys[..., None, :, :]  # B x H x N x S x c x c x K
-  weights = jnp.exp(jnp.where(inside[..., None], diff, -jnp.inf))
-  diagonal = jnp.einsum("bhnsik,bhnsjk,bhnsijk->bhnsij", xs, ys, weights)
-  own = jnp.eye(subs, dtype=bool)[None, None, None, :, None, :, None]  # block s, columns s
-  scores = scores.reshape(shape[:5] + (subs, c)) + jnp.where(
-      own, diagonal[:, :, :, :, :, None, :], 0.0)
-  return scores.reshape(x.shape[:3] + (size, size))
-
-
-def factorisable(G_BxHxNxCxK):
-  """True when the factorised route's exponents stay within BOUND in every chunk and channel:
-  about the middle of each chunk, max(-R, R - G_end) <= BOUND (module docstring)."""
-  size = G_BxHxNxCxK.shape[3]
-  R, end = G_BxHxNxCxK[:, :, :, size // 2], G_BxHxNxCxK[:, :, :, -1]
-  return jnp.all(jnp.maximum(-R, R - end) <= BOUND)
-
-
-def _factorised_scores(x, Gx, y, Gy, strict: bool):
-  """pair_scores of a vector decay as one matmul about the chunk's middle (exact only where
-  `factorisable`)."""
-  size = x.shape[3]
-  R = Gy[:, :, :, size // 2:size // 2 + 1]
-  scores = jnp.einsum("bhntk,bhnjk->bhntj", x * jnp.exp(Gx - R), y * jnp.exp(R - Gy))
-  keep = jnp.tril(jnp.ones((size, size), bool), -1 if strict else 0)[None, None, None]
-  return jnp.where(keep, scores, 0.0)
+  gap = jnp.exp(jnp.where(keep, Gx[..., :, None] - Gy[..., None, :], -jnp.inf))
+  return jnp.einsum("bhntk,bhnjk->bhntj", x, y) * gap
 
 
 def _scores(qc, kc, ec, fc, G, Gx):
   """The chunk's four score matrices: f with e and with k (j < t), q with k and with e
-  (j <= t); a vector decay's by the route `factorisable` picks. Each route is rematerialised
-  in the backward pass, so that the cond keeps only its inputs (not the exact route's
-  c x c x K weights) for the gradient."""
+  (j <= t); a vector decay's by the route `vector_decay.factorisable(G, Gx)` picks. Each
+  route is rematerialised in the backward pass, so that the cond keeps only its inputs (not
+  the exact route's c x c x K weights) for the gradient."""
   def using(pair):
     return jax.checkpoint(lambda qc, kc, ec, fc, G, Gx: (
         pair(fc, Gx, ec, G, True), pair(fc, Gx, kc, G, True),
         pair(qc, G, kc, G, False), pair(qc, G, ec, G, False)))(qc, kc, ec, fc, G, Gx)
 
   if G.ndim == 4:  # a scalar decay: exact as one matmul
-    return using(pair_scores)
-  return jax.lax.cond(factorisable(G), lambda: using(_factorised_scores),
-                      lambda: using(pair_scores))
+    return using(_scalar_scores)
+  R = vector_decay.reference(G, Gx)  # one reference for the four: the guard checks it
+  factorised = lambda x, Gx, y, Gy, strict: vector_decay.factorised(x, Gx, y, Gy, R, strict)
+  return jax.lax.cond(vector_decay.factorisable(G, Gx), lambda: using(factorised),
+                      lambda: using(vector_decay.sub_chunked))
 
 
 def chunked(q, k, v, g, e, f, size: int):

@@ -1,7 +1,10 @@
-"""The scores inside a chunk under a vector decay (GLA, HGRN2: a decay per key channel), for
-the recurrent core's chunked form (models/ops/matrix_recurrence.py):
+"""The scores inside a chunk under a vector decay (a decay per key channel), for the recurrent
+core's chunked form (models/ops/matrix_recurrence.py: GLA, HGRN2) and for the four score
+matrices of its diagonal-plus-rank-one kind (models/ops/dplr.py: KDA, RWKV-7):
     scores_tj = sum_k q_tk k_jk exp(G_tk - G_jk)   for j <= t, else 0,
-G (B x H x N x C x K) the cumulative log decay inside each chunk. Two forms and a guard:
+G (B x H x N x C x K) the cumulative log decay inside each chunk; `factorised` and
+`sub_chunked` take the general pair, sum_k x_tk y_jk exp(Gx_tk - Gy_jk) for j <= t (or j < t),
+with two cumulative decays. Two forms and a guard:
 
 - factorised (GLA's chunkwise form, Yang et al. 2023): with a reference R per chunk and
   channel, scores = (q exp(G - R)) (k exp(R - G))^T, masked: one C x K by K x C matmul a
@@ -12,8 +15,9 @@ G (B x H x N x C x K) the cumulative log decay inside each chunk. Two forms and 
   strength, at C x C x K work inside its sub-chunks (several times the factorised form's
   time and memory).
 
-The guard: R is the middle of the chunk's range of G in each channel ((max + min) / 2; for
-decays <= 1, (G_first + G_last) / 2), so no exponent exceeds half the chunk's total decay. When
+The guard: R is the middle of the chunk's range of G (of Gx and Gy together, for a pair) in
+each channel ((max + min) / 2; for decays <= 1, (G_first + G_last) / 2), so no exponent
+exceeds half the chunk's total decay. When
 every exponent of every chunk and channel lies in [-BOUND, BOUND] (`factorisable`, one
 predicate for the whole call) the factorised form runs, else the sub-chunked one (jax.lax.cond:
 under jit only the branch taken runs, and it differentiates). BOUND = 60 keeps a factor within
@@ -27,6 +31,8 @@ already (sigma_t, sigma_j), so both forms stay exact under them.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -35,33 +41,40 @@ SUB = 16  # the sub-chunked form's sub-chunk
 
 
 def scores(qc, kc, G, bound: float = BOUND):
-  """B x H x N x C x C: the scores above, factorised when `factorisable(G, bound)`, else
+  """B x H x N x C x C: the scores above, factorised when `factorisable(G, bound=bound)`, else
   sub-chunked (q, k, G: B x H x N x C x K)."""
   # Each branch rematerialised: lax.cond's gradient would otherwise keep the residuals of
   # both branches (zeros for the one not taken), which cost more than the factorised form.
-  return jax.lax.cond(factorisable(G, bound), jax.checkpoint(factorised),
-                      jax.checkpoint(sub_chunked), qc, kc, G)
+  factorised_qk = lambda qc, kc, G: factorised(qc, G, kc, G, reference(G))
+  sub_chunked_qk = lambda qc, kc, G: sub_chunked(qc, G, kc, G)
+  return jax.lax.cond(factorisable(G, bound=bound), jax.checkpoint(factorised_qk),
+                      jax.checkpoint(sub_chunked_qk), qc, kc, G)
 
 
-def reference(G):
-  """B x H x N x 1 x K: the middle of each chunk's and channel's range of G (no gradient)."""
-  G = jax.lax.stop_gradient(G)
-  return 0.5 * (jnp.max(G, axis=3, keepdims=True) + jnp.min(G, axis=3, keepdims=True))
+def reference(*Gs):
+  """B x H x N x 1 x K: the middle of each chunk's and channel's range over the cumulative
+  decays `Gs` (B x H x N x C x K each; no gradient)."""
+  Gs = [jax.lax.stop_gradient(G) for G in Gs]
+  top = functools.reduce(jnp.maximum, [jnp.max(G, axis=3, keepdims=True) for G in Gs])
+  low = functools.reduce(jnp.minimum, [jnp.min(G, axis=3, keepdims=True) for G in Gs])
+  return 0.5 * (top + low)
 
 
-def factorisable(G, bound: float = BOUND):
-  """Whether every factor's exponent G - R (and R - G) lies in [-bound, bound]: a scalar
-  boolean (False where G holds a NaN or an infinity)."""
-  return jnp.max(jnp.abs(G - reference(G))) <= bound
+def factorisable(*Gs, bound: float = BOUND):
+  """Whether every factor's exponent G - R (and R - G), R = reference(*Gs), lies in
+  [-bound, bound] for each G of `Gs`: a scalar boolean (False where one holds a NaN or an
+  infinity)."""
+  R = reference(*Gs)
+  return functools.reduce(jnp.maximum, [jnp.max(jnp.abs(G - R)) for G in Gs]) <= bound
 
 
-def factorised(qc, kc, G):
-  """The scores as one masked matmul per chunk (module docstring: exact while factorisable)."""
-  R = reference(G)
-  q_hat, k_hat = qc * jnp.exp(G - R), kc * jnp.exp(R - G)
-  size = G.shape[3]
-  causal = jnp.tril(jnp.ones((size, size), bool))[None, None, None]
-  return jnp.where(causal, jnp.einsum("bhntk,bhnjk->bhntj", q_hat, k_hat), 0.0)
+def factorised(x, Gx, y, Gy, R, strict: bool = False):
+  """sum_k x_tk y_jk exp(Gx_tk - Gy_jk) for j <= t (j < t if `strict`), else 0, as one masked
+  matmul a chunk about the reference R (module docstring: exact while factorisable)."""
+  size = Gx.shape[3]
+  keep = jnp.tril(jnp.ones((size, size), bool), -1 if strict else 0)[None, None, None]
+  return jnp.where(keep, jnp.einsum("bhntk,bhnjk->bhntj", x * jnp.exp(Gx - R),
+                                    y * jnp.exp(R - Gy)), 0.0)
 
 
 def _sub_size(size: int) -> int:
@@ -69,29 +82,32 @@ def _sub_size(size: int) -> int:
   return max(d for d in range(1, min(size, SUB) + 1) if size % d == 0)
 
 
-def sub_chunked(qc, kc, G):
-  """The scores by sub-chunks of c positions (GLA's secondary chunking): between sub-chunks
-  a > b the weight splits at R_a, the cumulative decay where sub-chunk a starts, into
-  exp(G_t - R_a) exp(R_a - G_j), both <= 1 (a matmul); inside a sub-chunk it is formed
-  channel by channel (c x c x K). Exact whatever the decay's strength."""
-  size, width = G.shape[3], G.shape[-1]
+def sub_chunked(x, Gx, y, Gy, strict: bool = False):
+  """`factorised`'s scores by sub-chunks of c positions (GLA's secondary chunking), for any
+  Gx_t <= Gy_j wherever a score is kept (cumulative log decays: Gx up to t, or t - 1, Gy up
+  to j): between sub-chunks s > r the weight splits at R_s, Gy where sub-chunk s begins (its
+  previous position's), into exp(Gx_t - R_s) exp(R_s - Gy_j), both <= 1 (a matmul); inside
+  a sub-chunk it is formed channel by channel (c x c x K). Exact whatever the decay's
+  strength."""
+  size, width = Gx.shape[3], Gx.shape[-1]
   c = _sub_size(size)
   subs = size // c
-  shape = G.shape[:3] + (subs, c, width)
-  Gs, qs, ks = G.reshape(shape), qc.reshape(shape), kc.reshape(shape)
+  shape = Gx.shape[:3] + (subs, c, width)
+  xs, ys, Gxs, Gys = (a.reshape(shape) for a in (x, y, Gx, Gy))
   # R: B x H x N x S x K, the cumulative decay before each sub-chunk's first position.
-  R = jnp.concatenate([jnp.zeros_like(Gs[:, :, :, :1, 0]), Gs[:, :, :, :-1, -1]], axis=3)
-  q_hat = qs * jnp.exp(Gs - R[:, :, :, :, None])  # B x H x N x S x c x K
-  # k_j exp(R_a - G_j) for j before sub-chunk a (else 0): B x H x N x S x C x K.
+  R = jnp.concatenate([jnp.zeros_like(Gys[:, :, :, :1, 0]), Gys[:, :, :, :-1, -1]], axis=3)
+  x_hat = xs * jnp.exp(Gxs - R[:, :, :, :, None])  # B x H x N x S x c x K
+  # y_j exp(R_s - Gy_j) for j before sub-chunk s (else 0): B x H x N x S x C x K.
   before = (jnp.arange(size)[None, :] < c * jnp.arange(subs)[:, None])[None, None, None]
-  gap = R[:, :, :, :, None] - G[:, :, :, None]
-  k_hat = kc[:, :, :, None] * jnp.exp(jnp.where(before[..., None], gap, -jnp.inf))
-  scores = jnp.einsum("bhnsik,bhnsjk->bhnsij", q_hat, k_hat)  # B x H x N x S x c x C
-  diff = Gs[..., :, None, :] - Gs[..., None, :, :]  # B x H x N x S x c x c x K
-  inside = jnp.tril(jnp.ones((c, c), bool))[None, None, None, None, :, :, None]
+  gap = R[:, :, :, :, None] - Gy[:, :, :, None]
+  y_hat = y[:, :, :, None] * jnp.exp(jnp.where(before[..., None], gap, -jnp.inf))
+  scores = jnp.einsum("bhnsik,bhnsjk->bhnsij", x_hat, y_hat)  # B x H x N x S x c x C
+  diff = Gxs[..., :, None, :] - Gys[..., None, :, :]  # B x H x N x S x c x c x K
+  inside = jnp.tril(jnp.ones((c, c), bool), -1 if strict else 0)[None, None, None, None, :, :,
+                                                                     None]
   weights = jnp.exp(jnp.where(inside, diff, -jnp.inf))
-  diagonal = jnp.einsum("bhnsik,bhnsjk,bhnsijk->bhnsij", qs, ks, weights)
+  diagonal = jnp.einsum("bhnsik,bhnsjk,bhnsijk->bhnsij", xs, ys, weights)
   own = jnp.eye(subs, dtype=bool)[None, None, None, :, None, :, None]  # block s, columns s
   scores = scores.reshape(shape[:5] + (subs, c)) + jnp.where(
       own, diagonal[:, :, :, :, :, None, :], 0.0)
-  return scores.reshape(G.shape[:3] + (size, size))
+  return scores.reshape(Gx.shape[:3] + (size, size))
