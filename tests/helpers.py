@@ -8,11 +8,43 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from lra.models import registry
 # The contract's pieces, shared with the tests of single mixers (one implementation).
 from lra.testing import (array_shapes, compile_once, contract_mask,  # noqa: F401
                          length_squared_shapes, noise_where_padded, run_once)
+
+# Recurrent-family members whose core kind another member runs in the default suite: HGRN2
+# (GLA's vector decay), DeltaNet and DeltaProduct (Gated DeltaNet's delta rule; DeltaProduct's
+# interleaved steps: tests/test_deltaproduct.py), Mamba-3 (Mamba-2's scalar decay), KDA and
+# Comba (RWKV-7's diagonal-plus-rank-one kind; tests/test_dplr.py for both decay kinds). The
+# checks that run for every mixer (the contract, export, the recipes) run these `-m slow`;
+# each keeps its own reference test (tests/test_<name>.py) in the default suite.
+SAME_CORE_KIND = ("hgrn2", "deltanet", "deltaproduct", "mamba3", "kda", "comba")
+
+
+def slow_if_same_kind(params, mixer_of=lambda p: p):
+  """pytest parameters: those whose mixer (`mixer_of(p)`: a registered name or a variant's
+  id, "name-variant") is of SAME_CORE_KIND marked slow, the others as they are."""
+  return [pytest.param(*(p if isinstance(p, tuple) else (p,)), marks=pytest.mark.slow)
+          if mixer_of(p).split("-")[0] in SAME_CORE_KIND else p for p in params]
+
+
+def one_of_each_encoder_kind() -> set:
+  """The mixers the encoder builds around differently: the first of each base class, and each
+  that sets the encoder's shape (post-norm, more than one layer at least, one fixed length)."""
+  kinds, chosen = set(), set()
+  for name in registry.names():
+    mixer = registry.get(name)
+    if mixer.__mro__[1] not in kinds:
+      kinds.add(mixer.__mro__[1])
+      chosen.add(name)
+    if (registry.encoder_settings(name).get("prenorm") is False or mixer.MIN_LAYERS > 1
+        or mixer.FIXED_LENGTH):
+      chosen.add(name)
+  return chosen
+
 
 # Tiny settings per mixer (config.model.attention), the one table the contract test and
 # tiny_model() read. Block, chunk and segment sizes are 4 and projection sizes small, so the

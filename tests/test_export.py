@@ -95,7 +95,7 @@ def export_problems(jitted, args, platforms=PLATFORMS) -> list[str]:
   return problems
 
 
-@pytest.mark.parametrize("name", registry.names())
+@pytest.mark.parametrize("name", helpers.slow_if_same_kind(registry.names()))
 def test_train_step_exports_for_gpu_and_tpu(name):
   train, args = train_step_and_arguments(name)
   problems = export_problems(train, args)

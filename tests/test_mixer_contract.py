@@ -73,10 +73,12 @@ def _split(variant):
   return name, {**helpers.tiny_settings(name), **settings}, encoder
 
 
-# The named variants' contracts `-m slow` (a setting's other code path; each registered mixer's
-# own contract stays in the default suite).
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow) if v in VARIANTS
-                                     else v for v in sorted(_mixer_variants())])
+# The named variants' contracts `-m slow` (a setting's other code path), and those of the
+# recurrent members whose core kind another member's contract runs (helpers.SAME_CORE_KIND);
+# every other registered mixer's own contract stays in the default suite.
+@pytest.mark.parametrize("variant", [
+    pytest.param(v, marks=pytest.mark.slow) if v in VARIANTS or v in helpers.SAME_CORE_KIND
+    else v for v in sorted(_mixer_variants())])
 def test_mixer_contract(variant):
   """All of the contract but the jit check (below, in the slow set: its op-by-op run compiles
   every primitive on its own and doubled the default tests' time of this file)."""
@@ -147,7 +149,11 @@ def _encoder_variants():
   return sorted([*registry.names(), "linformer-layer", *ENCODER_VARIANTS])
 
 
-@pytest.mark.parametrize("variant", _encoder_variants())
+# The encoder's code is the same around every mixer: one mixer of each kind the encoder builds
+# around differently, and the encoder variants, in the default suite; every mixer `-m slow`.
+@pytest.mark.parametrize("variant", [
+    v if v in helpers.one_of_each_encoder_kind() or v not in registry.names()
+    else pytest.param(v, marks=pytest.mark.slow) for v in _encoder_variants()])
 def test_classifier_contract(variant):
   name, settings, encoder = _split(variant)
   # One layer: the mixer-level checks cover the mixer; this covers the encoder around it.

@@ -370,6 +370,7 @@ def _check_mask_row(source, config, workdir, done: str | None, train: bool = Fal
     assert run["num_train_steps"] == config.num_train_steps
 
 
+@pytest.mark.slow  # four more short runs; the one-step load above stays in the default suite
 def test_init_from_chains_through_the_mask_token_row(pretrained, classified, listops_dir,
                                                     tmp_path):
   """A denoise run's token table has the mask token's row, a classifier's

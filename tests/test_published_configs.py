@@ -15,6 +15,7 @@ from lra.data import tasks
 from lra.errors import UserError
 from lra.models import registry, settings
 from lra.models.settings import EncoderConfig
+from tests import helpers
 
 TASKS = {name: task_config(name) for name in tasks.NAMES}
 
@@ -95,7 +96,7 @@ def test_full_size_config_builds_its_layers_and_input_encoder(name, task):
     assert encoder["embed"]["embedding"].shape == (12, c.model.emb_dim)
 
 
-@pytest.mark.parametrize("name,task", CASES)
+@pytest.mark.parametrize("name,task", helpers.slow_if_same_kind(CASES, lambda case: case[0]))
 def test_cpu_option_keeps_small_sizes_and_takes_the_architecture(name, task):
   module = published.table(name)
   entry = module.HYPERPARAMETERS[task]

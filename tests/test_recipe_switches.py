@@ -29,23 +29,9 @@ def _tokens(seed=0, batch=4, vocab=VOCAB):
   return jnp.asarray(helpers.padded_tokens(vocab, LENGTH, seed, batch))
 
 
-def _one_of_each_kind() -> set:
-  """The mixers the encoder builds around differently: the first of each base class, and each
-  that sets the encoder's shape (post-norm, more than one layer at least)."""
-  kinds, chosen = set(), set()
-  for name in registry.names():
-    mixer = registry.get(name)
-    if mixer.__mro__[1] not in kinds:
-      kinds.add(mixer.__mro__[1])
-      chosen.add(name)
-    if registry.encoder_settings(name).get("prenorm") is False or mixer.MIN_LAYERS > 1:
-      chosen.add(name)
-  return chosen
-
-
 # The switches are the encoder's: one mixer of each kind in the default suite, every mixer
 # `-m slow` (each one's compile cost 4-7 s here, a third of this file's time).
-@pytest.mark.parametrize("name", [n if n in _one_of_each_kind() else
+@pytest.mark.parametrize("name", [n if n in helpers.one_of_each_encoder_kind() else
                                   pytest.param(n, marks=pytest.mark.slow)
                                   for n in registry.names()])
 def test_every_mixer_takes_the_authors_encoder_and_head(name):

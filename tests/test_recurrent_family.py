@@ -33,12 +33,9 @@ SETTINGS = {"mamba2": dict(d_state=3, head_dim=2, groups=2, conv_kernel=3, expan
 
 
 # Members whose gates take the core's chunked form down a path another default test takes
-# (HGRN2's vector decay: GLA's; DeltaNet's delta rule: Gated DeltaNet's and DeltaProduct's;
-# Mamba-3's scalar decay: Mamba-2's, its own steps the same in either form and checked against
-# its reference in the chunked one, tests/test_mamba3.py; KDA's and Comba's
-# diagonal-plus-rank-one kind: tests/test_dplr.py's chunked == recurrent, gradients included,
-# for vector and scalar decays): their chunked == recurrent `-m slow`.
-SAME_CORE_KIND = ("hgrn2", "deltanet", "mamba3", "kda", "comba")
+# (helpers.SAME_CORE_KIND; Mamba-3's own steps are the same in either form and checked against
+# its reference in the chunked one, tests/test_mamba3.py): their chunked == recurrent
+# `-m slow`.
 
 
 def _mixer(name: str, **settings):
@@ -91,8 +88,7 @@ def _inputs(seed: int):
 # pass is the core's, whose own test checks it in both forms with padding, and the two passes
 # are combined by RecurrentMixer's code, the same for every member).
 @pytest.mark.parametrize("bidirectional", [False, pytest.param(True, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("name", [n if n not in SAME_CORE_KIND else
-                                  pytest.param(n, marks=pytest.mark.slow) for n in FAMILY])
+@pytest.mark.parametrize("name", helpers.slow_if_same_kind(FAMILY))
 def test_chunked_equals_recurrent_and_padding_equals_truncation(name, bidirectional):
   """The chunked form's outputs and gradients (of every parameter and of the input) equal the
   recurrent form's, and its row 1 (6 real tokens, then padding) gives the outputs of those 6
@@ -130,7 +126,10 @@ def test_chunked_equals_recurrent_and_padding_equals_truncation(name, bidirectio
 ROUNDING_CAUSAL = ("mamba3",)
 
 
-@pytest.mark.parametrize("name", FAMILY)
+# The members of a kind another member runs (their short convolutions and shifts too) `-m
+# slow`, but Mamba-3, whose trapezoid reads its own way (ROUNDING_CAUSAL).
+@pytest.mark.parametrize("name", helpers.slow_if_same_kind(
+    FAMILY, lambda name: "" if name in ROUNDING_CAUSAL else name))
 def test_one_pass_reads_causally_and_two_read_the_future(name):
   """Changing the tokens from position 3 on leaves the causal mixer's first three outputs as
   they were (causal_reading names the setting; ROUNDING_CAUSAL to rounding), and changes the

@@ -17,6 +17,7 @@ from lra.configs.published import mamba, recurrent
 from lra.data import tasks
 from lra.models import registry
 from lra.training import optim
+from tests import helpers
 
 LRA = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 AT_S5_SIZE = ("mamba2", "retnet", "gla", "deltanet", "gated_deltanet", "deltaproduct",
@@ -54,7 +55,7 @@ def test_s5_counts_are_the_ones_mambas_table_checks():
 
 
 # ListOps by default; the other tasks' 30 full-size models (a minute on 2 cores) `-m slow`.
-@pytest.mark.parametrize("name", AT_S5_SIZE)
+@pytest.mark.parametrize("name", helpers.slow_if_same_kind(AT_S5_SIZE))
 @pytest.mark.parametrize("task", [t if t == "listops" else pytest.param(t, marks=pytest.mark.slow)
                                   for t in LRA])
 def test_our_choices_are_at_parameter_parity_with_s5_and_train_as_s5(name, task):
@@ -78,7 +79,7 @@ def test_our_choices_are_at_parameter_parity_with_s5_and_train_as_s5(name, task)
   assert c.model.emb_dim % 2 == 0
 
 
-@pytest.mark.parametrize("name", AT_S5_SIZE)
+@pytest.mark.parametrize("name", helpers.slow_if_same_kind(AT_S5_SIZE))
 def test_only_the_authors_no_decay_leaves_skip_weight_decay(name):
   """The mixer's OPTIMIZER_GROUP (Mamba-2: A_log, D, dt_bias; Gated DeltaNet, KDA: A_log,
   dt_bias; Comba: A_log, dt_bias, D) trains without weight decay, at the global rate; every
