@@ -32,12 +32,6 @@ SETTINGS = {"mamba2": dict(d_state=3, head_dim=2, groups=2, conv_kernel=3, expan
             "mlstm": dict(qkv_blocksize=2)}
 
 
-# Members whose gates take the core's chunked form down a path another default test takes
-# (helpers.SAME_CORE_KIND; Mamba-3's own steps are the same in either form and checked against
-# its reference in the chunked one, tests/test_mamba3.py): their chunked == recurrent
-# `-m slow`.
-
-
 def _mixer(name: str, **settings):
   """The mixer as the encoder builds it (heads 2, layer 2 of 4), chunks of 4."""
   settings = {**helpers.tiny_settings(name), **SETTINGS.get(name, {}), "chunk_size": 4,
@@ -86,7 +80,10 @@ def _inputs(seed: int):
 
 # One pass for every member by default; both passes `-m slow` (twice the program: the reverse
 # pass is the core's, whose own test checks it in both forms with padding, and the two passes
-# are combined by RecurrentMixer's code, the same for every member).
+# are combined by RecurrentMixer's code, the same for every member). Members whose gates take
+# the core's chunked form down a path another default test takes (helpers.SAME_CORE_KIND;
+# Mamba-3's own steps are the same in either form and checked against its reference in the
+# chunked one, tests/test_mamba3.py) `-m slow`.
 @pytest.mark.parametrize("bidirectional", [False, pytest.param(True, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", helpers.slow_if_same_kind(FAMILY))
 def test_chunked_equals_recurrent_and_padding_equals_truncation(name, bidirectional):

@@ -43,8 +43,8 @@ class DeltaRuleMixer(RecurrentMixer):
   K = D / H key channels and V = value_expand x K value channels (a subclass with V != K
   overrides `value_expand`)."""
   # Chunks of 32 (the family's 64 elsewhere): the delta rule's train steps at 4K ran
-  # 1.01-1.19x faster than at 64 in 9 comparisons of 10 on the AMD EPYC VM, KDA's 1.36x (its
-  # decays at init keep the one-matmul scores inside 32 positions, not 64): docs/results.md.
+  # 1.01-1.19x faster than at 64 in 9 comparisons of 10 on the AMD EPYC VM, and the
+  # diagonal-plus-rank-one op (KDA, Comba) 1.14x (vector decay) and 1.38x (scalar): docs/results.md.
   chunk_size: int = s.setting(32, s.Int(1), "positions per chunk of the chunked form")
   conv_kernel: int = s.setting(4, s.Int(1), "kernel of the depthwise causal convs on q, k, v "
                                "(fla's conv_size)")
