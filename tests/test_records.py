@@ -137,6 +137,23 @@ def _history(records) -> dict[int, dict[str, float]]:
   return rows
 
 
+def test_results_name_the_code_the_run_started_with(listops_dir, tmp_path, monkeypatch):
+  """A checkout that moves on while a run trains (a commit, a pull) does not relabel the run:
+  results.json names the code as it was before the first step, not when the results were
+  written."""
+  workdir, real = tmp_path / "run", provenance.software
+
+  def software(*args, **kwargs):  # the commit "moves" once the run has saved a checkpoint
+    moved = (workdir / "checkpoints").exists()
+    return {**real(*args, **kwargs), "git_commit": "later" if moved else "started"}
+
+  monkeypatch.setattr(provenance, "software", software)
+  trainer.train_and_evaluate(tiny_config(listops_dir, num_train_steps=2), str(workdir))
+  assert (workdir / "checkpoints").exists()
+  stored = json.loads((workdir / "results.json").read_text())
+  assert stored["software"]["git_commit"] == "started"
+
+
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="the wandb extra")
 def test_tiny_run_records_code_parameters_config_and_wandb(listops_dir, tmp_path, monkeypatch):
   monkeypatch.setenv("WANDB_MODE", "offline")  # nothing leaves the machine

@@ -136,6 +136,7 @@ class Run:
     self.ckpts = self.writer = self.training = self.task = self.meta = None
     self.idle = self.mixer_module = self.compile_s = None  # note_model's, compile's
     self.carried = None  # note_model's: the state each layer carries (run_record)
+    self.software = None  # note_model's: the code this process runs (provenance)
     self.step, self.change, self.started = _check_run(config, workdir, allow_config_change)
     # init_from, for a new run: checked before the data loads. A resumed run has its own.
     self.source = initialise.find(config, workdir) if self.step is None else None
@@ -160,6 +161,9 @@ class Run:
     _warn(list(self.idle))
     self.mixer_module = provenance.mixer_module(self.config.model.name)  # an --import's file
     self.carried = run_record.carried_state(model)
+    # Read now, not when the results are written: a checkout that moves on (a commit, a pull)
+    # while the run trains must not relabel the code it ran.
+    self.software = provenance.software()
 
   def compile(self, train_step, state, shapes: tasks.Task, sharding) -> None:
     """The memory check: compiles the train step (the one training calls) on the batch's
@@ -235,7 +239,7 @@ class Run:
         "num_train_steps": int(state.step), "planned_num_train_steps": config.num_train_steps,
         "stopped_early": self.training.stopped, "train_time_s": meta["train_time_s"],
         # The machine, the code (version, git commit, libraries) and the parameter count.
-        **run_record.describe(best), "config": config.to_dict(),
+        **run_record.describe(best, self.software), "config": config.to_dict(),
         # The numbers each layer's mixer carries across positions (Zoology's state size).
         "carried_state": self.carried,
         "data": task.data,  # what made the data (lra.data.record) and any cut of its rows

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from lra import hardware, provenance
+from lra import hardware
 from lra.models.encoder import make_mixer
 
 
@@ -47,7 +47,8 @@ def carried_state(model) -> dict[str, Any] | None:
           "width": config.emb_dim, "length": length}
 
 
-def describe(state) -> dict[str, Any]:
-  """{"hardware", "software", "parameter_count"} of a run whose train state is `state`."""
-  return {"hardware": describe_hardware(), "software": provenance.software(),
+def describe(state, software: dict) -> dict[str, Any]:
+  """{"hardware", "software", "parameter_count"} of a run whose train state is `state` and
+  whose code is `software` (provenance.software(), read when the run started)."""
+  return {"hardware": describe_hardware(), "software": software,
           "parameter_count": parameter_count(state.params)}
