@@ -42,8 +42,11 @@ def _apply(mixer, params, x, mask):
   return jax.jit(lambda p, x, m: mixer.apply(p, x, m, deterministic=True))(params, x, mask)
 
 
+# The shortest and the longest non-multiple of the block by default; the others `-m slow`.
 @pytest.mark.parametrize("overlap", [False, True])
-@pytest.mark.parametrize("length", [1, 4, 7, 13, 16])
+@pytest.mark.parametrize("length", [1, pytest.param(4, marks=pytest.mark.slow),
+                                    pytest.param(7, marks=pytest.mark.slow), 13,
+                                    pytest.param(16, marks=pytest.mark.slow)])
 def test_matches_dense_reference(length, overlap):
   block = 4
   rng, x, mask, mixer, params = _setup(length, block, overlap)

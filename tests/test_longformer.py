@@ -85,7 +85,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("length,window,dilation,global_positions,separate,layer,growth", CASES)
+# Cases 0, 2, 3 and 4 `-m slow`: each of their features (one dilation, globals with and without
+# their own projections) is in a default case with more (1, 5, 6, 7, 8).
+@pytest.mark.parametrize("length,window,dilation,global_positions,separate,layer,growth", [
+    pytest.param(*case, marks=pytest.mark.slow) if i in (0, 2, 3, 4) else case
+    for i, case in enumerate(CASES)])
 def test_matches_dense_reference(length, window, dilation, global_positions, separate, layer,
                                  growth):
   x, mask, cotangent = _setup(length)

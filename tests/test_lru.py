@@ -79,7 +79,8 @@ def _reference(params, x, mask, mixer):
   return jnp.stack(rows)
 
 
-@pytest.mark.parametrize("bidirectional", [False, True])
+# Both directions by default (the forward scan is one of them); one direction `-m slow`.
+@pytest.mark.parametrize("bidirectional", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_scan_matches_sequential_loop(bidirectional):
   x, mask, rng = helpers.padded_inputs(LENGTH, WIDTH)
   mixer = LRU(state_size=6, bidirectional=bidirectional)
