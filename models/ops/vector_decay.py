@@ -17,10 +17,10 @@ with two cumulative decays. Two forms and a guard:
 
 The guard: R is the middle of the chunk's range of G (of Gx and Gy together, for a pair) in
 each channel ((max + min) / 2; for decays <= 1, (G_first + G_last) / 2), so no exponent
-exceeds half the chunk's total decay. When
-every exponent of every chunk and channel lies in [-BOUND, BOUND] (`factorisable`, one
-predicate for the whole call) the factorised form runs, else the sub-chunked one (jax.lax.cond:
-under jit only the branch taken runs, and it differentiates). BOUND = 60 keeps a factor within
+exceeds half the chunk's total decay. When every exponent of every chunk and channel lies in
+[-BOUND, BOUND] (`factorisable`, one predicate for the whole call) the factorised form runs,
+else the sub-chunked one (jax.lax.cond: under jit only the branch taken runs, and it
+differentiates). BOUND = 60 keeps a factor within
 e^+-60 |q| or |k|, e^27 inside float32's range (largest number e^88.7, smallest normal one
 e^-87.3): no factor overflows while |q|, |k| < 1e11, and a factor goes subnormal only where its
 |q| or |k| < 1e-12, its terms then below 1e-12 times the other vector's entry (an absolute
@@ -103,9 +103,8 @@ def sub_chunked(x, Gx, y, Gy, strict: bool = False):
   y_hat = y[:, :, :, None] * jnp.exp(jnp.where(before[..., None], gap, -jnp.inf))
   scores = jnp.einsum("bhnsik,bhnsjk->bhnsij", x_hat, y_hat)  # B x H x N x S x c x C
   diff = Gxs[..., :, None, :] - Gys[..., None, :, :]  # B x H x N x S x c x c x K
-  inside = jnp.tril(jnp.ones((c, c), bool), -1 if strict else 0)[None, None, None, None, :, :,
-                                                                     None]
-  weights = jnp.exp(jnp.where(inside, diff, -jnp.inf))
+  keep = jnp.tril(jnp.ones((c, c), bool), -1 if strict else 0)
+  weights = jnp.exp(jnp.where(keep[None, None, None, None, :, :, None], diff, -jnp.inf))
   diagonal = jnp.einsum("bhnsik,bhnsjk,bhnsijk->bhnsij", xs, ys, weights)
   own = jnp.eye(subs, dtype=bool)[None, None, None, :, None, :, None]  # block s, columns s
   scores = scores.reshape(shape[:5] + (subs, c)) + jnp.where(
