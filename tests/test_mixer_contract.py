@@ -151,8 +151,11 @@ def _encoder_variants():
 
 # The encoder's code is the same around every mixer: one mixer of each kind the encoder builds
 # around differently, and the encoder variants, in the default suite; every mixer `-m slow`.
+_ENCODER_KINDS = helpers.one_of_each_encoder_kind()
+
+
 @pytest.mark.parametrize("variant", [
-    v if v in helpers.one_of_each_encoder_kind() or v not in registry.names()
+    v if v in _ENCODER_KINDS or v not in registry.names()
     else pytest.param(v, marks=pytest.mark.slow) for v in _encoder_variants()])
 def test_classifier_contract(variant):
   name, settings, encoder = _split(variant)

@@ -31,7 +31,10 @@ def _tokens(seed=0, batch=4, vocab=VOCAB):
 
 # The switches are the encoder's: one mixer of each kind in the default suite, every mixer
 # `-m slow` (each one's compile cost 4-7 s here, a third of this file's time).
-@pytest.mark.parametrize("name", [n if n in helpers.one_of_each_encoder_kind() else
+_ENCODER_KINDS = helpers.one_of_each_encoder_kind()
+
+
+@pytest.mark.parametrize("name", [n if n in _ENCODER_KINDS else
                                   pytest.param(n, marks=pytest.mark.slow)
                                   for n in registry.names()])
 def test_every_mixer_takes_the_authors_encoder_and_head(name):
